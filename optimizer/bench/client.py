@@ -1,0 +1,348 @@
+"""The streaming benchmark client: warmup, then chunks of requests at a set concurrency.
+
+A failed request is data, never an exception: refused or reset connections, non-200 replies, non-JSON data
+lines, streams that end without `[DONE]`, stalled streams and timeouts all become a `RequestRecord` with
+`ok=False` and a reason (`"<kind>: <detail>"`; `failure_reasons` counts the kinds).
+
+One watchdog task per run enforces the stall and total timeouts and the caller's cancel event, so the read
+loop itself carries no timers: it only stamps the time of each read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from optimizer.bench.sse import SSEStream
+from optimizer.bench.stats import distribute_itl, summary
+from optimizer.bench.workload import Prompt, Workload, chunk_plan, load_prompts
+
+_perf = time.perf_counter
+
+
+@dataclass
+class RequestRecord:
+    ok: bool
+    error: str  # "" when ok, else "<kind>: <detail>"
+    category: str
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_ms: float | None
+    itl_ms: list[float]  # one value per output token after the first
+    e2e_ms: float
+    content_chunks: int
+    t_start: float
+    t_end: float
+
+    @property
+    def kind(self) -> str:
+        return self.error.split(":", 1)[0] if self.error else ""
+
+
+@dataclass
+class ChunkResult:
+    index: int
+    tok_per_s: float  # completion tokens of the chunk / chunk wall time
+    requests_per_s: float
+    completed: int
+    failed: int
+    wall_s: float
+    records: list[RequestRecord] = field(default_factory=list)
+
+
+@dataclass
+class BenchResult:
+    tok_per_s: float
+    requests_per_s: float
+    ttft_ms: dict
+    itl_ms: dict
+    e2e_ms: dict
+    accept_length: float | None  # the server's lifetime average (includes warmup), None without speculation
+    tokens_per_chunk: float | None  # completion tokens / content chunks: the accept length seen in the stream
+    completed: int
+    failed: int
+    failure_reasons: dict[str, int]
+    chunks: list[ChunkResult]
+    stopped_early: bool
+    cancelled: bool = False
+    model: str = ""
+    warmup_failed: int = 0
+
+    def to_metrics(self) -> dict[str, float | int | None]:
+        m: dict[str, float | int | None] = {"tok_per_s": self.tok_per_s, "requests_per_s": self.requests_per_s}
+        for name in ("ttft_ms", "itl_ms", "e2e_ms"):
+            for stat, v in getattr(self, name).items():
+                m[f"{name}_{stat}"] = v
+        m.update(accept_length=self.accept_length, tokens_per_chunk=self.tokens_per_chunk,
+                 completed=self.completed, failed=self.failed, chunks_run=len(self.chunks))
+        return m
+
+
+class _InFlight:
+    __slots__ = ("t_start", "last", "reason", "task")
+
+    def __init__(self, t: float, task: asyncio.Task | None) -> None:
+        self.t_start = t
+        self.last = t
+        self.reason = ""
+        self.task = task
+
+
+def _failed(p: Prompt, error: str, t0: float, stream: SSEStream | None = None) -> RequestRecord:
+    t1 = _perf()
+    ttft = (stream.arrivals[0] - t0) * 1e3 if stream is not None and stream.arrivals else None
+    return RequestRecord(False, error, p.category, 0, 0, ttft, [], (t1 - t0) * 1e3,
+                         len(stream.arrivals) if stream is not None else 0, t0, t1)
+
+
+def _snippet(body: bytes) -> str:
+    text = body[:2000].decode("utf-8", "replace")
+    try:
+        obj = json.loads(text)
+        if isinstance(obj, dict):
+            err = obj.get("error", obj)
+            if isinstance(err, dict):
+                msg = err.get("message") or err.get("detail")
+                if msg:
+                    return str(msg)[:200]
+    except ValueError:
+        pass
+    return " ".join(text.split())[:200]
+
+
+class _Runner:
+    def __init__(self, base_url: str, w: Workload, model: str | None, cancel: threading.Event | None) -> None:
+        self.base = base_url.rstrip("/")
+        self.w = w
+        self.model = model
+        self.cancel = cancel
+        self.cancelled = False
+        self.inflight: dict[int, _InFlight] = {}
+        self.path = "/v1/chat/completions" if w.endpoint == "chat" else "/v1/completions"
+        self.client: httpx.AsyncClient | None = None
+
+    # ---- server facts -------------------------------------------------------------------------------------
+    async def _get_json(self, path: str):
+        try:
+            r = await self.client.get(self.base + path, timeout=10.0)
+            return r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    async def discover_model(self) -> str:
+        obj = await self._get_json("/v1/models")
+        try:
+            return str(obj["data"][0]["id"])
+        except (TypeError, KeyError, IndexError):
+            pass
+        for path in ("/model_info", "/get_model_info"):
+            obj = await self._get_json(path)
+            if isinstance(obj, dict) and obj.get("model_path"):
+                return str(obj["model_path"])
+        return "default"
+
+    async def accept_length(self) -> float | None:
+        for path in ("/server_info", "/get_server_info"):
+            obj = await self._get_json(path)
+            if not isinstance(obj, dict):
+                continue
+            states = obj.get("internal_states")
+            cands = [states[0]] if isinstance(states, list) and states and isinstance(states[0], dict) else []
+            cands.append(obj)
+            for d in cands:
+                v = d.get("avg_spec_accept_length")
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    return float(v)
+            return None
+        return None
+
+    # ---- requests -----------------------------------------------------------------------------------------
+    def body(self, p: Prompt) -> bytes:
+        b = {"model": self.model, "max_tokens": self.w.max_tokens, "temperature": self.w.temperature,
+             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": self.w.ignore_eos}
+        if self.w.endpoint == "chat":
+            b["messages"] = p.as_messages()
+        else:
+            b["prompt"] = p.as_text()
+        if self.w.send_category:
+            b["category"] = p.category
+        return json.dumps(b).encode()
+
+    async def request(self, p: Prompt, body: bytes) -> RequestRecord:
+        t0 = _perf()
+        st = _InFlight(t0, asyncio.current_task())
+        key = id(st)
+        self.inflight[key] = st
+        stream: SSEStream | None = None
+        try:
+            async with self.client.stream("POST", self.base + self.path, content=body,
+                                          headers={"content-type": "application/json"}) as resp:
+                st.last = _perf()
+                if resp.status_code != 200:
+                    raw = await resp.aread()
+                    return _failed(p, f"http_{resp.status_code}: {_snippet(raw)}", t0)
+                ctype = resp.headers.get("content-type", "")
+                if "text/event-stream" not in ctype:
+                    raw = await resp.aread()
+                    return _failed(p, f"not_sse: content-type {ctype!r}: {_snippet(raw)}", t0)
+                stream = SSEStream(self.w.endpoint)
+                feed = stream.feed
+                async for data in resp.aiter_raw():
+                    t = _perf()
+                    st.last = t
+                    feed(data, t)
+                    if stream.done or stream.error:
+                        break
+            t1 = _perf()
+        except asyncio.CancelledError:
+            if not st.reason:
+                raise
+            return _failed(p, st.reason, t0, stream)
+        except httpx.ConnectError as e:
+            return _failed(p, f"connect: {e or type(e).__name__}", t0)
+        except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+            return _failed(p, f"truncated: connection broke mid-reply ({type(e).__name__}: {e})", t0, stream)
+        except httpx.HTTPError as e:
+            return _failed(p, f"http_error: {type(e).__name__}: {e}", t0, stream)
+        finally:
+            self.inflight.pop(key, None)
+        if stream.error:
+            return _failed(p, stream.error, t0, stream)
+        if not stream.done:
+            return _failed(p, "truncated: stream ended without [DONE]", t0, stream)
+        arr = stream.arrivals
+        usage = stream.usage or {}
+        ctoks = usage.get("completion_tokens")
+        if not isinstance(ctoks, int):
+            ctoks = len(arr)  # a server that ignores include_usage: one token per chunk is a lower bound
+        ptoks = usage.get("prompt_tokens")
+        return RequestRecord(True, "", p.category, ptoks if isinstance(ptoks, int) else 0, ctoks,
+                             (arr[0] - t0) * 1e3 if arr else None, distribute_itl(arr, ctoks),
+                             (t1 - t0) * 1e3, len(arr), t0, t1)
+
+    async def watchdog(self) -> None:
+        w = self.w
+        tick = min(0.1, w.stall_timeout_s / 4)
+        while True:
+            await asyncio.sleep(tick)
+            now = _perf()
+            if self.cancel is not None and self.cancel.is_set():
+                self.cancelled = True
+            for st in list(self.inflight.values()):
+                if st.reason:
+                    continue
+                if self.cancelled:
+                    st.reason = "cancelled: the benchmark was cancelled"
+                elif now - st.t_start > w.request_timeout_s:
+                    st.reason = f"timeout: no complete reply within {w.request_timeout_s:g} s"
+                elif now - st.last > w.stall_timeout_s:
+                    st.reason = f"stalled: no byte for {w.stall_timeout_s:g} s"
+                else:
+                    continue
+                if st.task is not None:
+                    st.task.cancel()
+
+    async def run_batch(self, prompts: list[Prompt]) -> tuple[list[RequestRecord], float]:
+        bodies = [self.body(p) for p in prompts]
+        records: list[RequestRecord | None] = [None] * len(prompts)
+        it = iter(range(len(prompts)))
+
+        async def worker() -> None:
+            for i in it:
+                if self.cancelled:
+                    return
+                records[i] = await asyncio.create_task(self.request(prompts[i], bodies[i]))
+
+        t0 = _perf()
+        await asyncio.gather(*(worker() for _ in range(min(self.w.concurrency, len(prompts)))))
+        return [r for r in records if r is not None], _perf() - t0
+
+
+def _chunk_result(index: int, records: list[RequestRecord], wall_s: float) -> ChunkResult:
+    ok = [r for r in records if r.ok]
+    toks = sum(r.completion_tokens for r in ok)
+    wall = max(wall_s, 1e-9)
+    return ChunkResult(index, toks / wall, len(ok) / wall, len(ok), len(records) - len(ok), wall_s, records)
+
+
+def _summarise(chunks: list[ChunkResult], accept: float | None, stopped: bool, cancelled: bool,
+               model: str, warmup_failed: int) -> BenchResult:
+    recs = [r for c in chunks for r in c.records]
+    ok = [r for r in recs if r.ok]
+    wall = sum(c.wall_s for c in chunks)
+    toks = sum(r.completion_tokens for r in ok)
+    content = sum(r.content_chunks for r in ok)
+    reasons: dict[str, int] = {}
+    for r in recs:
+        if not r.ok:
+            reasons[r.kind] = reasons.get(r.kind, 0) + 1
+    return BenchResult(
+        tok_per_s=toks / wall if wall > 0 else 0.0,
+        requests_per_s=len(ok) / wall if wall > 0 else 0.0,
+        ttft_ms=summary([r.ttft_ms for r in ok if r.ttft_ms is not None]),
+        itl_ms=summary([v for r in ok for v in r.itl_ms]),
+        e2e_ms=summary([r.e2e_ms for r in ok]),
+        accept_length=accept,
+        tokens_per_chunk=toks / content if content else None,
+        completed=len(ok), failed=len(recs) - len(ok), failure_reasons=reasons, chunks=chunks,
+        stopped_early=stopped, cancelled=cancelled, model=model, warmup_failed=warmup_failed)
+
+
+async def _run(base_url: str, w: Workload, model: str | None, on_chunk, cancel, prompts: list[Prompt]) -> BenchResult:
+    warmup, plan = chunk_plan(w, prompts)
+    runner = _Runner(base_url, w, model, cancel)
+    limits = httpx.Limits(max_connections=w.concurrency, max_keepalive_connections=w.concurrency)
+    # No read timeout in the transport: the watchdog enforces stall and total timeouts without a timer per read.
+    timeout = httpx.Timeout(connect=min(10.0, w.request_timeout_s), read=None, write=10.0, pool=None)
+    chunks: list[ChunkResult] = []
+    stopped = False
+    warmup_failed = 0
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        runner.client = client
+        dog = asyncio.create_task(runner.watchdog())
+        try:
+            if runner.model is None:
+                runner.model = await runner.discover_model()
+            if warmup and not runner.cancelled:
+                recs, _ = await runner.run_batch(warmup)
+                warmup_failed = sum(not r.ok for r in recs)
+            for index, batch in enumerate(plan):
+                if runner.cancelled:
+                    break
+                recs, wall = await runner.run_batch(batch)
+                if runner.cancelled:
+                    break  # a chunk cut short measures nothing
+                res = _chunk_result(index, recs, wall)
+                chunks.append(res)
+                if on_chunk is not None and on_chunk(res) is False and index < len(plan) - 1:
+                    stopped = True
+                    break
+            accept = None if runner.cancelled else await runner.accept_length()
+        finally:
+            dog.cancel()
+            try:
+                await dog
+            except asyncio.CancelledError:
+                pass
+    return _summarise(chunks, accept, stopped, runner.cancelled, runner.model or "", warmup_failed)
+
+
+def run_benchmark(base_url: str, workload: Workload, *, model: str | None = None,
+                  on_chunk: Callable[[ChunkResult], bool] | None = None,
+                  cancel: threading.Event | None = None, prompts_base_dir: Path | None = None) -> BenchResult:
+    """Run the workload against an OpenAI-compatible server and return the measured result.
+
+    Synchronous: runs its own event loop, so call it from a worker thread, not from inside a running loop.
+    After each chunk `on_chunk(result)` is called; returning False stops the run (`stopped_early`).
+    Setting `cancel` aborts in-flight requests within about 0.1 s and returns the chunks measured so far.
+    Raises only for a bad workload (ConfigError) or a programming error, never for server misbehaviour.
+    """
+    prompts = load_prompts(workload, prompts_base_dir)
+    return asyncio.run(_run(base_url, workload, model, on_chunk, cancel, prompts))
