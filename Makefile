@@ -1,0 +1,69 @@
+# sglang-spec-optimizer. Two set-up commands: `make optimize` and `make test` (each installs what it needs).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+STUDY    ?= demo
+TRIALS   ?= 14
+SPACE    ?= search_spaces/demo.yaml
+PROFILE  ?= kimi-k2.5-8x-rtxpro6000
+SEED     ?= 0
+HOSTS    ?=
+EXECUTOR ?= ray
+ARGS     ?=
+PORT     ?= 8080
+
+.PHONY: install optimize test bench dashboard report export status clean system-deps help
+
+help:
+	@echo "make optimize   run a demo study on the bundled simulator (STUDY= TRIALS= SPACE= PROFILE= SEED= HOSTS=)"
+	@echo "make test       run the test suite (installs openssh-server and chromium if missing)"
+	@echo "make bench      efficiency benchmark: prints a table, writes studies/bench/results.json"
+	@echo "make dashboard  optuna-dashboard for STUDY on 127.0.0.1:$(PORT)"
+	@echo "make report     studies/STUDY/report.html (offline plotly report)"
+	@echo "make export     rewrite studies/STUDY/best.yaml, best.env and summary.json from storage"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian packages the tests use for real parts: an OpenSSH server on loopback and a headless Chromium.
+system-deps:
+	@missing=""; \
+	[ -x /usr/sbin/sshd ] || missing="$$missing openssh-server"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+optimize: $(STAMP)
+	$(BIN)/python -m optimizer optimize --study $(STUDY) --trials $(TRIALS) --space $(SPACE) \
+	  --profile $(PROFILE) --seed $(SEED) --executor $(EXECUTOR) $(if $(HOSTS),--hosts $(HOSTS)) $(ARGS)
+
+test: $(STAMP) system-deps
+	$(BIN)/python -m pytest -q $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.run $(ARGS)
+
+dashboard: $(STAMP)
+	$(BIN)/python -m optimizer dashboard --study $(STUDY) --host 127.0.0.1 --port $(PORT)
+
+report: $(STAMP)
+	$(BIN)/python -m optimizer report --study $(STUDY)
+
+export: $(STAMP)
+	$(BIN)/python -m optimizer export --study $(STUDY)
+
+status: $(STAMP)
+	$(BIN)/python -m optimizer status --study $(STUDY)
+
+clean:
+	rm -rf $(VENV) *.egg-info

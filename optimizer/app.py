@@ -1,0 +1,114 @@
+"""Glue between the CLI and the parts: build the driver, run it, print and export the result."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from .errors import ConfigError
+from .hosts.config import load_hosts, local_host
+from .settings import StudyConfig
+from .space import load_space
+
+
+def open_existing(cfg: StudyConfig) -> optuna.Study:
+    from .study import open_storage
+
+    storage_url = cfg.storage_url
+    if "://" not in storage_url and not Path(storage_url).exists():
+        raise ConfigError(f"no study storage at {storage_url} (run 'make optimize STUDY={cfg.study}' first)",
+                          key="study")
+    try:
+        return optuna.load_study(study_name=cfg.study, storage=open_storage(storage_url))
+    except KeyError:
+        raise ConfigError(f"study {cfg.study!r} not found in {storage_url}", key="study") from None
+
+
+def make_progress(plain: bool) -> Any:
+    from .study import Progress
+
+    if not plain and sys.stdout.isatty():
+        try:
+            from .progress import RichProgress
+
+            return RichProgress()
+        except ImportError:
+            pass
+    return Progress()
+
+
+def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None = None, plain: bool = False) -> int:
+    from .export import export_study
+    from .study import Driver
+
+    space = load_space(cfg.space)
+    hosts = load_hosts(cfg.hosts) if cfg.hosts else [local_host()]
+    cfg.study_dir.mkdir(parents=True, exist_ok=True)
+    if executor == "ray":
+        from .executors import RayExecutor
+
+        ex: Any = RayExecutor(hosts, cfg.study_dir.absolute(), address=ray_address)
+    else:
+        from .executors import ThreadExecutor
+
+        ex = ThreadExecutor(hosts, cfg.study_dir.absolute())
+    driver = Driver(cfg, space, hosts, ex, progress=make_progress(plain))
+    t0 = time.time()
+    try:
+        study = driver.run()
+    finally:
+        ex.shutdown()
+    summary = export_study(study, cfg.study_dir)
+    print_table(study)
+    best = summary.get("best")
+    if best:
+        gain = best.get("gain_over_baseline")
+        print(f"\nbest: trial {best['trial']} {best['config']}: {best['tok_per_s']:.1f} tok/s"
+              + (f" ({gain:+.1%} over the baseline)" if gain is not None else ""))
+        print(f"wrote {cfg.study_dir}/best.yaml and best.env in {time.time() - t0:.0f} s")
+    else:
+        print("no feasible trial yet")
+    return 130 if driver.stopping else 0
+
+
+def print_table(study: optuna.Study) -> None:
+    from .study import summary_rows
+
+    rows = summary_rows(study)
+    try:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"study {study.study_name}")
+        for col in ("trial", "config", "outcome", "tok/s", "accept", "boot s", "host", "reason"):
+            table.add_column(col, overflow="fold")
+        for r in rows:
+            table.add_row(str(r["trial"]), r["config"], r["outcome"],
+                          "" if r["tok_per_s"] is None else f"{r['tok_per_s']:.1f}",
+                          "" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
+                          "" if r["boot_s"] is None else f"{r['boot_s']:.1f}", r["host"], str(r["reason"])[:80])
+        Console(width=160).print(table)
+    except ImportError:  # pragma: no cover
+        for r in rows:
+            print(r)
+
+
+def serve_dashboard(cfg: StudyConfig, *, host: str, port: int) -> int:
+    import optuna_dashboard
+
+    from .study import open_storage
+
+    storage = open_storage(cfg.storage_url)
+    artifact_dir = cfg.study_dir / "artifacts"
+    store = None
+    if artifact_dir.exists():
+        from optuna.artifacts import FileSystemArtifactStore
+
+        store = FileSystemArtifactStore(str(artifact_dir))
+    print(f"optuna-dashboard on http://{host}:{port} (Ctrl-C to stop)")
+    optuna_dashboard.run_server(storage, host=host, port=port, artifact_store=store)
+    return 0

@@ -1,0 +1,154 @@
+"""Command line: parsing only. ``python -m optimizer --help``."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError, OptimizerError
+
+
+def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
+    o: dict[str, Any] = {
+        "study": a.study,
+        "space": a.space,
+        "hosts": a.hosts,
+        "storage": a.storage,
+        "studies_dir": a.studies_dir,
+        "budget.trials": a.trials,
+        "budget.time_s": a.time_budget,
+        "sampler.name": a.sampler,
+        "sampler.seed": a.seed,
+        "pruner.name": a.pruner,
+        "workload.concurrency": a.concurrency,
+        "workload.max_tokens": a.max_tokens,
+        "workload.chunks": a.chunks,
+        "workload.requests_per_chunk": a.requests_per_chunk,
+        "workload.prompts": a.prompts,
+        "server.boot_timeout_s": a.boot_timeout,
+    }
+    if a.server_command:
+        o["server.command"] = shlex.split(a.server_command)
+    elif a.profile or a.time_scale or a.step_scale:
+        from .settings import SIM_PROFILE_DEFAULT
+
+        cmd = ["{python}", "-m", "optimizer.sim", "--sim-profile", a.profile or SIM_PROFILE_DEFAULT,
+               "--sim-time-scale", str(a.time_scale or 0.003)]
+        if a.step_scale:
+            cmd += ["--sim-step-scale", str(a.step_scale)]
+        o["server.command"] = cmd
+    return o
+
+
+def _add_study_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="study file (YAML); flags below override it")
+    p.add_argument("--study", help="study name (default: demo)")
+    p.add_argument("--studies-dir", help="where studies live (default: studies)")
+    p.add_argument("--storage", help="Optuna storage: a journal file path or an SQLAlchemy URL "
+                                     "(default: studies/<study>/journal.log)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m optimizer",
+        description="Find the fastest SGLang speculative-decoding launch configuration (Optuna on Ray).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("optimize", help="run (or resume) a study")
+    _add_study_args(p)
+    p.add_argument("--space", help="search-space YAML (default: search_spaces/demo.yaml)")
+    p.add_argument("--hosts", help="hosts YAML (default: one local host)")
+    p.add_argument("--trials", type=int, help="server launches to spend (a resumed study counts earlier ones)")
+    p.add_argument("--time-budget", type=float, help="seconds after which no new trial starts")
+    p.add_argument("--sampler", choices=["tpe", "random", "tpe-plain"])
+    p.add_argument("--pruner", choices=["ratio", "wilcoxon", "median", "none"])
+    p.add_argument("--seed", type=int)
+    p.add_argument("--server-command", help="server command before the trial's flags, e.g. "
+                                            "'python3 -m sglang.launch_server' ({python} = the host's Python)")
+    p.add_argument("--profile", help="simulator profile (when the server is the bundled simulator)")
+    p.add_argument("--time-scale", type=float, help="simulator boot-time scale")
+    p.add_argument("--step-scale", type=float, help="simulator decode-step-time scale")
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--chunks", type=int)
+    p.add_argument("--requests-per-chunk", type=int)
+    p.add_argument("--prompts", help="'builtin', a JSONL file or a ShareGPT JSON file")
+    p.add_argument("--boot-timeout", type=float, help="seconds before a silent boot counts as a hang")
+    p.add_argument("--executor", choices=["ray", "thread"], default="ray",
+                   help="run trials in Ray actors (default) or in threads of this process")
+    p.add_argument("--ray-address", help="connect to a running Ray cluster instead of starting one")
+    p.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
+
+    for name, text in (("export", "rewrite best.yaml, best.env and summary.json from storage"),
+                       ("status", "print the trial table of a study"),
+                       ("report", "write studies/<study>/report.html (plotly, offline)")):
+        q = sub.add_parser(name, help=text)
+        _add_study_args(q)
+    d = sub.add_parser("dashboard", help="serve optuna-dashboard for a study on 127.0.0.1")
+    _add_study_args(d)
+    d.add_argument("--port", type=int, default=8080)
+    d.add_argument("--host", default="127.0.0.1")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _run(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OptimizerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from .settings import load_study
+
+    overrides = _study_overrides(args) if args.command == "optimize" else {
+        "study": args.study, "storage": args.storage, "studies_dir": args.studies_dir}
+    return load_study(args.config, overrides)
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = _load(args)
+    if args.command == "optimize":
+        from .app import optimize
+
+        return optimize(cfg, executor=args.executor, ray_address=args.ray_address, plain=args.plain)
+    from .app import open_existing
+
+    study = open_existing(cfg)
+    if args.command == "export":
+        from .export import export_study
+
+        summary = export_study(study, cfg.study_dir)
+        best = summary.get("best")
+        print(f"wrote {cfg.study_dir}/best.yaml, best.env, summary.json"
+              + (f" (best: trial {best['trial']}, {best['tok_per_s']:.1f} tok/s)" if best else " (no feasible trial)"))
+        return 0
+    if args.command == "status":
+        from .app import print_table
+
+        print_table(study)
+        return 0
+    if args.command == "report":
+        from .report import write_report
+
+        path = write_report(study, cfg.study_dir / "report.html")
+        print(f"wrote {path}")
+        return 0
+    if args.command == "dashboard":
+        from .app import serve_dashboard
+
+        return serve_dashboard(cfg, host=args.host, port=args.port)
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Where trials run: Ray actors pinned to hosts (the default), or plain threads (no Ray runtime needed).
+
+The driver sees one small interface: ``submit`` a trial to a host, ``prune``/``cancel`` it, and read events from
+``events`` (PhaseEvent, ChunkEvent, then exactly one TrialResult per submitted trial). An actor or thread that
+dies becomes a TrialResult with status ``host_fault``: one trial's failure, never the study's.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import traceback
+from pathlib import Path
+from typing import Any, Iterator
+
+from .events import TrialResult
+from .hosts.config import HostConfig, make_host
+from .trial import Controls, TrialSpec, run_trial
+
+
+def _safe_run(host: Any, spec: TrialSpec, emit: Any, controls: Controls) -> TrialResult:
+    try:
+        return run_trial(host, spec, emit, controls)
+    except Exception as exc:  # noqa: BLE001 - a bug or host problem must not take the study down
+        return TrialResult(trial=spec.number, host=getattr(host, "name", "?"), status="host_fault", kind="error",
+                           reason=f"{type(exc).__name__}: {exc}", log_tail=traceback.format_exc()[-3000:])
+
+
+class ThreadExecutor:
+    """Runs each trial in a thread of this process. For one machine without Ray, and for GPU hosts where the Ray
+    wheel cannot be brought."""
+
+    def __init__(self, hosts: list[HostConfig], state_dir: Path) -> None:
+        self.events: queue.Queue = queue.Queue()
+        self.configs = {h.name: h for h in hosts}
+        self.hosts = {h.name: make_host(h, state_dir / "hosts" / h.name) for h in hosts}
+        self.controls: dict[int, Controls] = {}
+        self.threads: dict[int, threading.Thread] = {}
+
+    def host_names(self) -> list[str]:
+        return list(self.hosts)
+
+    def submit(self, host: str, spec: TrialSpec) -> None:
+        controls = Controls()
+        self.controls[spec.number] = controls
+
+        def work() -> None:
+            self.events.put(_safe_run(self.hosts[host], spec, self.events.put, controls))
+
+        th = threading.Thread(target=work, name=f"trial-{spec.number}", daemon=True)
+        self.threads[spec.number] = th
+        th.start()
+
+    def prune(self, trial: int) -> None:
+        if trial in self.controls:
+            self.controls[trial].prune.set()
+
+    def cancel_all(self) -> None:
+        for c in self.controls.values():
+            c.cancel.set()
+
+    def reap_orphans(self) -> dict[str, list[int]]:
+        out = {}
+        for name, host in self.hosts.items():
+            try:
+                out[name] = host.reap_orphans()
+            except Exception as exc:  # noqa: BLE001
+                out[name] = [f"error: {exc}"]  # type: ignore[list-item]
+        return out
+
+    def join(self, timeout_s: float) -> None:
+        for th in list(self.threads.values()):
+            th.join(timeout_s)
+
+    def shutdown(self) -> None:
+        for host in self.hosts.values():
+            try:
+                host.close()
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _host_resource(name: str) -> str:
+    return f"host:{name}"
+
+
+class RayExecutor:
+    """One Ray actor per host, placed through a custom resource ``host:<name>`` so Ray itself never puts two
+    servers on one host. On a Ray cluster, start each GPU node with ``--resources '{"host:<name>": 1}'`` and give
+    it a ``type: local`` entry in the hosts file: its actor then runs on the GPU node and starts the server there.
+    SSH hosts' actors run wherever the resource is (by default on the driver's node)."""
+
+    def __init__(self, hosts: list[HostConfig], state_dir: Path, *, address: str | None = None,
+                 num_cpus: int = 2) -> None:
+        import ray
+
+        self.ray = ray
+        self.events: queue.Queue = queue.Queue()
+        self.configs = {h.name: h for h in hosts}
+        self.state_dir = state_dir
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=num_cpus, resources={_host_resource(h.name): 1 for h in hosts},
+                         include_dashboard=False, log_to_driver=False)
+        else:
+            self._ensure_resources(hosts)
+        self.actors: dict[str, Any] = {}
+        self.running: dict[int, str] = {}
+        self.lock = threading.Lock()
+        for h in hosts:
+            self.actors[h.name] = self._new_actor(h)
+
+    def _ensure_resources(self, hosts: list[HostConfig]) -> None:
+        have = self.ray.cluster_resources()
+        missing = [h.name for h in hosts if _host_resource(h.name) not in have]
+        if missing:
+            raise RuntimeError(
+                "the running Ray runtime has no resource for hosts " + ", ".join(missing)
+                + f"; start it with resources={{'host:<name>': 1}} for each host"
+            )
+
+    def _new_actor(self, cfg: HostConfig) -> Any:
+        actor_cls = self.ray.remote(HostActor)
+        return actor_cls.options(
+            num_cpus=0, resources={_host_resource(cfg.name): 1}, max_concurrency=4,
+            name=None, max_restarts=0,
+        ).remote(cfg.model_dump(), str(self.state_dir / "hosts" / cfg.name))
+
+    def host_names(self) -> list[str]:
+        return list(self.actors)
+
+    def submit(self, host: str, spec: TrialSpec) -> None:
+        actor = self.actors[host]
+        with self.lock:
+            self.running[spec.number] = host
+        gen = actor.run.options(num_returns="streaming").remote(spec)
+        threading.Thread(target=self._pump, args=(host, spec, gen), name=f"pump-{spec.number}",
+                         daemon=True).start()
+
+    def _pump(self, host: str, spec: TrialSpec, gen: Any) -> None:
+        got_result = False
+        try:
+            for ref in gen:
+                ev = self.ray.get(ref)
+                if isinstance(ev, TrialResult):
+                    got_result = True
+                self.events.put(ev)
+        except Exception as exc:  # noqa: BLE001 - RayActorError, worker crash, ...
+            if not got_result:
+                self.events.put(TrialResult(trial=spec.number, host=host, status="host_fault", kind="actor_died",
+                                            reason=f"Ray actor for host {host} died: {type(exc).__name__}: {exc}"))
+            with self.lock:
+                try:
+                    self.ray.kill(self.actors[host], no_restart=True)
+                except Exception:  # noqa: BLE001
+                    pass
+                self.actors[host] = self._new_actor(self.configs[host])
+        finally:
+            with self.lock:
+                self.running.pop(spec.number, None)
+
+    def prune(self, trial: int) -> None:
+        host = self.running.get(trial)
+        if host:
+            self.actors[host].prune.remote(trial)
+
+    def cancel_all(self) -> None:
+        for actor in self.actors.values():
+            try:
+                actor.cancel.remote()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def reap_orphans(self) -> dict[str, list[int]]:
+        refs = {name: a.reap_orphans.remote() for name, a in self.actors.items()}
+        out = {}
+        for name, ref in refs.items():
+            try:
+                out[name] = self.ray.get(ref, timeout=120)
+            except Exception as exc:  # noqa: BLE001
+                out[name] = [f"error: {exc}"]
+        return out
+
+    def join(self, timeout_s: float) -> None:
+        import time
+
+        deadline = time.time() + timeout_s
+        while self.running and time.time() < deadline:
+            time.sleep(0.1)
+
+    def shutdown(self) -> None:
+        for actor in self.actors.values():
+            try:
+                self.ray.get(actor.close.remote(), timeout=30)
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+class HostActor:
+    """The Ray actor around one host. ``run`` streams a trial's events; ``prune``/``cancel`` reach it while it
+    runs (the actor is threaded)."""
+
+    def __init__(self, cfg: dict, state_dir: str) -> None:
+        self.host = make_host(HostConfig(**cfg), Path(state_dir))
+        self.controls: dict[int, Controls] = {}
+
+    def run(self, spec: TrialSpec) -> Iterator[Any]:
+        q: queue.Queue = queue.Queue()
+        controls = Controls()
+        self.controls[spec.number] = controls
+        th = threading.Thread(target=lambda: q.put(("result", _safe_run(self.host, spec, q.put, controls))),
+                              daemon=True)
+        th.start()
+        try:
+            while True:
+                item = q.get()
+                if isinstance(item, tuple) and item and item[0] == "result":
+                    yield item[1]
+                    return
+                yield item
+        finally:
+            self.controls.pop(spec.number, None)
+
+    def prune(self, trial: int) -> None:
+        if trial in self.controls:
+            self.controls[trial].prune.set()
+
+    def cancel(self) -> None:
+        for c in self.controls.values():
+            c.cancel.set()
+
+    def reap_orphans(self) -> list[int]:
+        return self.host.reap_orphans()
+
+    def close(self) -> None:
+        self.host.close()

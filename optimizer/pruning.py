@@ -1,0 +1,113 @@
+"""Pruners for few, noisy, expensive trials.
+
+Each benchmark chunk sends the same prompts in every trial, so chunk ``i`` of one trial pairs with chunk ``i`` of
+another. ``RatioToBestPruner`` compares a running trial with the best completed one chunk by chunk and stops it
+when it is worse by more than the noise allows: ``mean(ratio) < 1 - min_gap - z * noise / sqrt(k)``. The noise is
+the chunk-to-chunk spread measured on completed trials, so it adapts to the workload (a concurrency-1 run of long
+requests is steadier than a short one at concurrency 64).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import optuna
+from optuna.pruners import BasePruner
+from optuna.trial import FrozenTrial, TrialState
+
+BASELINE_ATTR = "baseline"
+
+
+def _best_complete(study: optuna.Study, current: FrozenTrial) -> FrozenTrial | None:
+    best = None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.number == current.number or not t.intermediate_values or t.value is None:
+            continue
+        if any(v > 0 for v in t.constraints.values()) if hasattr(t, "constraints") else False:
+            continue
+        if best is None or t.value > best.value:  # type: ignore[operator]
+            best = t
+    return best
+
+
+def chunk_noise(study: optuna.Study, default: float = 0.05) -> float:
+    """Pooled relative spread of chunk tok/s within completed trials (sample std / mean)."""
+    spreads = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        vals = [v for v in t.intermediate_values.values() if v and v > 0]
+        if len(vals) >= 3:
+            mean = statistics.fmean(vals)
+            spreads.append(statistics.stdev(vals) / mean)
+    if not spreads:
+        return default
+    return max(0.01, statistics.median(spreads))
+
+
+class RatioToBestPruner(BasePruner):
+    def __init__(self, *, n_startup_trials: int = 2, n_startup_steps: int = 1, min_gap: float = 0.02,
+                 z: float = 2.5) -> None:
+        self.n_startup_trials = n_startup_trials
+        self.n_startup_steps = n_startup_steps
+        self.min_gap = min_gap
+        self.z = z
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if trial.user_attrs.get(BASELINE_ATTR):
+            return False
+        done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if len([t for t in done if t.intermediate_values]) < self.n_startup_trials:
+            return False
+        best = _best_complete(study, trial)
+        if best is None:
+            return False
+        ratios = []
+        for step, value in trial.intermediate_values.items():
+            ref = best.intermediate_values.get(step)
+            if ref and ref > 0:
+                ratios.append(value / ref)
+        k = len(ratios)
+        if k <= self.n_startup_steps:
+            return False
+        # Chunk noise is relative within a trial; a ratio of two noisy chunks has sqrt(2) times that spread.
+        noise = chunk_noise(study) * math.sqrt(2)
+        return statistics.fmean(ratios) < 1.0 - self.min_gap - self.z * noise / math.sqrt(k)
+
+
+class GuardedPruner(BasePruner):
+    """Wraps an Optuna pruner: never prunes the baseline, and only prunes a trial that trails the best trial's
+    same chunks by at least ``min_gap`` (a statistical test alone may prune a trial that is 0.5 % worse)."""
+
+    def __init__(self, inner: BasePruner, min_gap: float = 0.02) -> None:
+        self.inner = inner
+        self.min_gap = min_gap
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        if trial.user_attrs.get(BASELINE_ATTR):
+            return False
+        if not self.inner.prune(study, trial):
+            return False
+        best = _best_complete(study, trial)
+        if best is None:
+            return True
+        pairs = [(v, best.intermediate_values[s]) for s, v in trial.intermediate_values.items()
+                 if s in best.intermediate_values and best.intermediate_values[s] > 0]
+        if not pairs:
+            return True
+        return statistics.fmean(v / r for v, r in pairs) < 1.0 - self.min_gap
+
+
+def make_pruner(name: str, *, p_threshold: float = 0.1, n_startup_steps: int = 1, n_startup_trials: int = 2,
+                min_gap: float = 0.02) -> BasePruner:
+    if name == "none":
+        return optuna.pruners.NopPruner()
+    if name == "ratio":
+        return RatioToBestPruner(n_startup_trials=n_startup_trials, n_startup_steps=n_startup_steps,
+                                 min_gap=min_gap)
+    if name == "wilcoxon":
+        return GuardedPruner(optuna.pruners.WilcoxonPruner(p_threshold=p_threshold,
+                                                           n_startup_steps=n_startup_steps), min_gap)
+    if name == "median":
+        return GuardedPruner(optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials,
+                                                         n_warmup_steps=n_startup_steps), min_gap)
+    raise ValueError(f"unknown pruner {name!r}")

@@ -1,0 +1,33 @@
+"""Secrets never reach logs, notes or exports: values of keys named like a token, password, secret or key are
+replaced, and so are strings that look like bearer tokens or private keys."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+SECRET_KEY = re.compile(r"(token|passw|secret|api[_-]?key|credential|private[_-]?key|auth)", re.IGNORECASE)
+SECRET_VALUE = re.compile(
+    r"(-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
+    r"|\bhf_[A-Za-z0-9]{20,}\b|\bsk-[A-Za-z0-9_-]{20,}\b|\bgh[pousr]_[A-Za-z0-9]{20,}\b"
+    r"|(?i:bearer)\s+[A-Za-z0-9._~+/=-]{12,})"
+)
+MASK = "***"
+
+
+def redact_text(text: str) -> str:
+    return SECRET_VALUE.sub(MASK, text)
+
+
+def redact_value(key: str, value: Any) -> Any:
+    if SECRET_KEY.search(str(key)):
+        return MASK
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return redact_mapping(value)
+    return value
+
+
+def redact_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: redact_value(k, v) for k, v in data.items()}

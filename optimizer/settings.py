@@ -1,0 +1,155 @@
+"""The study definition: one YAML file and/or CLI flags, validated at the edge.
+
+::
+
+    study: llama-eagle3
+    space: search_spaces/eagle3.yaml
+    server:
+      command: [python3, -m, sglang.launch_server]      # default: the bundled simulator
+      boot_timeout_s: 1800
+    hosts: hosts.yaml                                    # default: one local host
+    workload: {concurrency: 1, max_tokens: 256, chunks: 4, requests_per_chunk: 8}
+    budget: {trials: 30, time_s: 28800}
+    sampler: {name: tpe, seed: 0}
+    pruner: {name: wilcoxon}
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .bench.workload import Workload
+from .errors import ConfigError
+
+SIM_PROFILE_DEFAULT = "llama-3.1-8b-h100"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Strict):
+    #: The server command before the candidate's flags. ``{python}`` is the host's Python. Default: the simulator.
+    command: list[str] = Field(
+        default_factory=lambda: ["{python}", "-m", "optimizer.sim", "--sim-profile", SIM_PROFILE_DEFAULT,
+                                 "--sim-time-scale", "0.003"],
+        min_length=1,
+    )
+    #: Extra flags for every trial (e.g. --enable-metrics); the space's ``fixed`` flags come on top.
+    extra_args: list[str] = Field(default_factory=list)
+    boot_timeout_s: float = Field(default=1800.0, gt=0)
+    poll_s: float = Field(default=0.25, gt=0, le=10)
+    stop_timeout_s: float = Field(default=30.0, gt=0)
+    #: Repeat the baseline at the end to measure drift? Off by default (each restart is expensive).
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def is_simulator(self) -> bool:
+        return "optimizer.sim" in self.command
+
+
+class BudgetConfig(_Strict):
+    trials: int = Field(default=12, ge=1, le=100000)
+    time_s: float | None = Field(default=None, gt=0)
+
+
+class SamplerConfig(_Strict):
+    name: Literal["tpe", "random", "grid-order", "tpe-plain"] = "tpe"
+    seed: int = 0
+    n_startup_trials: int = Field(default=4, ge=0)
+
+
+class PrunerConfig(_Strict):
+    name: Literal["ratio", "wilcoxon", "median", "none"] = "ratio"
+    p_threshold: float = Field(default=0.1, gt=0, lt=1)
+    n_startup_steps: int = Field(default=1, ge=0)
+    n_startup_trials: int = Field(default=2, ge=0)
+    #: Only prune a trial that is worse than the best by at least this fraction (guards against noise).
+    min_gap: float = Field(default=0.02, ge=0, lt=1)
+
+
+class StudyConfig(_Strict):
+    study: str = Field(default="demo", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    storage: str | None = None
+    studies_dir: str = "studies"
+    space: str = "search_spaces/demo.yaml"
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    hosts: str | None = None
+    workload: Workload = Field(default_factory=Workload)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+    pruner: PrunerConfig = Field(default_factory=PrunerConfig)
+    #: Launch a candidate equal (after SGLang's normalisation) to a measured one again? No by default.
+    dedup: bool = True
+    #: Check SGLang's start-up rules before launching (saves ~21 s of imports per bad candidate on real hosts).
+    precheck: bool = True
+    gpu_sm: int = 90
+
+    @property
+    def study_dir(self) -> Path:
+        return Path(self.studies_dir) / self.study
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or str(self.study_dir / "journal.log")
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
+
+
+def parse_study(data: Any, source: str = "<study>") -> StudyConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError("must be a YAML mapping", file=source)
+    try:
+        return StudyConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        msg = first["msg"]
+        if first["type"] == "extra_forbidden":
+            parent: Any = StudyConfig
+            for part in first["loc"][:-1]:
+                field = getattr(parent, "model_fields", {}).get(part)
+                parent = field.annotation if field is not None else parent
+            allowed = ", ".join(getattr(parent, "model_fields", {}))
+            msg = f"unknown key; allowed: {allowed}"
+        raise ConfigError(msg, file=source, key=_loc(first["loc"])) from None
+
+
+def load_study(path: str | Path | None, overrides: dict[str, Any] | None = None) -> StudyConfig:
+    """Load a study file (or defaults), then apply dotted overrides such as ``{"budget.trials": 20}``."""
+    data: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError("file not found", file=source) from None
+        except yaml.YAMLError:
+            raise ConfigError("is not valid YAML", file=source) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot be read ({exc})", file=source) from None
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError("must be a YAML mapping", file=source)
+        data = loaded or {}
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return parse_study(data, source)
+
+
+def python_for_local() -> str:
+    return sys.executable

@@ -1,0 +1,189 @@
+"""One trial on one host, with no Optuna and no Ray inside: start, wait, benchmark, always clean up.
+
+``run_trial`` turns everything that can go wrong into a ``TrialResult``: a host fault (re-queue elsewhere), an
+infeasible configuration (reason + log tail), a pruned or cancelled run. It never raises for server behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .bench.client import BenchResult, ChunkResult, run_benchmark
+from .bench.workload import Workload
+from .candidate import Candidate
+from .errors import BootError, HostError
+from .events import ChunkEvent, PhaseEvent, TrialResult
+from .hosts.base import Host
+from .readiness import log_tail, wait_ready
+
+Emit = Callable[[Any], None]
+
+
+@dataclass
+class TrialSpec:
+    number: int
+    candidate: Candidate
+    command: list[str]
+    workload: Workload
+    trial_dir: str
+    extra_args: list[str] = field(default_factory=list)
+    server_env: dict[str, str] = field(default_factory=dict)
+    boot_timeout_s: float = 1800.0
+    poll_s: float = 0.25
+    stop_timeout_s: float = 30.0
+    study: str = ""
+    #: Never prune this trial (the baseline: every gain is measured against it).
+    protected: bool = False
+
+    def argv(self, python: list[str] | str, bind: str, port: int) -> list[str]:
+        prefix = shlex.split(python) if isinstance(python, str) else list(python)
+        cmd: list[str] = []
+        for part in self.command:
+            cmd.extend(prefix if part == "{python}" else [part])
+        return [*cmd, *self.extra_args, *self.candidate.argv(), "--host", bind, "--port", str(port)]
+
+
+@dataclass
+class Controls:
+    """Flags the driver sets while a trial runs (through the actor)."""
+
+    prune: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def stop_requested(self) -> bool:
+        return self.prune.is_set() or self.cancel.is_set()
+
+
+def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None = None) -> TrialResult:
+    controls = controls or Controls()
+    trial_dir = Path(spec.trial_dir)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    log_path = trial_dir / "server.log"
+    t_start = time.time()
+    result = TrialResult(trial=spec.number, host=host.name, status="complete", t_start=t_start,
+                         log_path=str(log_path))
+
+    def phase(name: str, detail: str = "") -> None:
+        emit(PhaseEvent(trial=spec.number, host=host.name, phase=name, detail=detail))
+
+    phase("starting", spec.candidate.short())
+    try:
+        port = host.pick_port()
+        bind = getattr(host, "server_host", "127.0.0.1")
+        python = getattr(host, "python", "python3")
+        argv = spec.argv(python, bind, port)
+        env = {**spec.server_env, **dict(spec.candidate.env), "SGLANG_OPTIMIZER_TRIAL": f"{spec.study}/{spec.number}"}
+        (trial_dir / "command.sh").write_text(
+            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()) + shlex.join(argv) + "\n"
+        )
+        server = host.start(argv, env, log_path, port)
+    except HostError as exc:
+        return _finish(result, "host_fault", reason=str(exc), kind="host", log_tail=exc.log_tail)
+
+    try:
+        phase("booting")
+        try:
+            ready = wait_ready(
+                server,
+                boot_timeout_s=spec.boot_timeout_s,
+                poll_s=spec.poll_s,
+                t0=t_start,
+                cancel=controls.cancel.is_set,
+                on_phase=phase,
+            )
+        except BootError as exc:
+            if exc.kind == "cancelled":
+                return _finish(result, "cancelled", reason=exc.reason, kind=exc.kind, log_tail=exc.log_tail)
+            if exc.kind == "port":
+                # Someone else holds the port: the host's fault, not the configuration's.
+                return _finish(result, "host_fault", reason=exc.reason, kind="port", log_tail=exc.log_tail)
+            return _finish(result, "infeasible", reason=exc.reason, kind=exc.kind, log_tail=exc.log_tail)
+        result.boot_s = ready.boot_s
+        result.boot_phases = ready.phases
+        phase("warming_up", f"ready after {ready.boot_s:.1f} s")
+
+        def on_chunk(chunk: ChunkResult) -> bool:
+            if chunk.index == 0:
+                phase("benchmarking")
+            emit(ChunkEvent(trial=spec.number, host=host.name, index=chunk.index, tok_per_s=chunk.tok_per_s,
+                            completed=chunk.completed, failed=chunk.failed, wall_s=chunk.wall_s))
+            return not controls.stop_requested() and server.returncode() is None
+
+        stop_event = _EventUnion(controls.prune, controls.cancel)
+        bench = run_benchmark(server.base_url, spec.workload, on_chunk=on_chunk, cancel=stop_event)  # type: ignore[arg-type]
+        _write_records(trial_dir / "bench.json", bench)
+        result.records_path = str(trial_dir / "bench.json")
+        result.metrics = bench.to_metrics()
+        rc = server.returncode()
+        if rc is not None:
+            time.sleep(0.2)
+            tail = log_tail(log_path)
+            line = _crash_line(tail) or f"server exited with status {rc} during the benchmark"
+            return _finish(result, "infeasible", reason=f"crash_serving: {line}", kind="crash_serving",
+                           log_tail=tail)
+        if controls.cancel.is_set():
+            return _finish(result, "cancelled", reason="study stopping")
+        if controls.prune.is_set():
+            return _finish(result, "pruned")
+        if bench.completed == 0:
+            reasons = ", ".join(f"{k} x{v}" for k, v in bench.failure_reasons.items())
+            return _finish(result, "infeasible", reason=f"serving: no request completed ({reasons})",
+                           kind="serving", log_tail=log_tail(log_path))
+        return _finish(result, "complete")
+    finally:
+        phase("stopping_server")
+        try:
+            server.stop(spec.stop_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a stop problem is reported, never raised past the trial
+            result.reason = (result.reason + f"; stop: {exc}").strip("; ")
+        result.t_end = time.time()
+        phase("done", result.status)
+
+
+class _EventUnion:
+    """Looks like a threading.Event that is set when any of its events is set."""
+
+    def __init__(self, *events: threading.Event) -> None:
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.time() + timeout
+        while not self.is_set():
+            if deadline is not None and time.time() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+
+def _finish(result: TrialResult, status: str, *, reason: str = "", kind: str = "", log_tail: str = "") -> TrialResult:
+    result.status = status
+    result.reason = reason
+    result.kind = kind
+    result.log_tail = log_tail
+    result.t_end = time.time()
+    return result
+
+
+def _crash_line(tail: str) -> str:
+    for needle in ("illegal memory access", "Scheduler hit an exception", "out of memory", "Traceback"):
+        for line in tail.splitlines():
+            if needle in line:
+                return line.strip()[:300]
+    return ""
+
+
+def _write_records(path: Path, bench: BenchResult) -> None:
+    try:
+        data = {"metrics": bench.to_metrics(), "chunks": [asdict(c) for c in bench.chunks]}
+        path.write_text(json.dumps(data, default=str))
+    except (OSError, TypeError):
+        pass
