@@ -95,6 +95,11 @@ class _InFlight:
         self.task = task
 
 
+async def _drain(chunks) -> None:
+    async for _ in chunks:
+        pass
+
+
 def _failed(p: Prompt, error: str, t0: float, stream: SSEStream | None = None) -> RequestRecord:
     t1 = _perf()
     ttft = (stream.arrivals[0] - t0) * 1e3 if stream is not None and stream.arrivals else None
@@ -194,20 +199,32 @@ class _Runner:
                     return _failed(p, f"not_sse: content-type {ctype!r}: {_snippet(raw)}", t0)
                 stream = SSEStream(self.w.endpoint)
                 feed = stream.feed
-                async for data in resp.aiter_raw():
-                    t = _perf()
-                    st.last = t
-                    feed(data, t)
+                chunks = resp.aiter_raw()
+                t1 = 0.0
+                async for data in chunks:
+                    t1 = _perf()
+                    st.last = t1
+                    feed(data, t1)
                     if stream.done or stream.error:
                         break
-            t1 = _perf()
+                if stream.done and not stream.error:
+                    # Read the body's end (it follows [DONE] at once) so the connection can be reused;
+                    # closing a half-read response would cost a new connection per request.
+                    try:
+                        await asyncio.wait_for(_drain(chunks), 0.5)
+                    except (TimeoutError, httpx.HTTPError):
+                        pass
         except asyncio.CancelledError:
             if not st.reason:
                 raise
             return _failed(p, st.reason, t0, stream)
         except httpx.ConnectError as e:
             return _failed(p, f"connect: {e or type(e).__name__}", t0)
-        except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+        except httpx.TimeoutException as e:
+            return _failed(p, f"timeout: {type(e).__name__}: {e}", t0, stream)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            if stream is None:
+                return _failed(p, f"disconnected: no reply ({type(e).__name__}: {e})", t0)
             return _failed(p, f"truncated: connection broke mid-reply ({type(e).__name__}: {e})", t0, stream)
         except httpx.HTTPError as e:
             return _failed(p, f"http_error: {type(e).__name__}: {e}", t0, stream)
