@@ -78,12 +78,13 @@ def free_port() -> int:
 
 
 SSHD = "/usr/sbin/sshd"
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
 
 class Sshd:
     """A real OpenSSH server on 127.0.0.1:<free port>, for the current (root) user, keys in ``tmp``."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, sftp: bool = True) -> None:
         if not Path(SSHD).exists():
             raise AssertionError(f"{SSHD} is missing: install openssh-server (apt-get install -y openssh-server)")
         self.tmp = tmp
@@ -114,6 +115,7 @@ class Sshd:
             "MaxSessions 50\n"
             "MaxStartups 50\n"
             "LogLevel ERROR\n"
+            + (f"Subsystem sftp {SFTP_SERVER}\n" if sftp else "")
         )
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         self.log = open(tmp / "sshd.log", "ab")

@@ -10,6 +10,7 @@ __all__ = [
     "LocalHost",
     "LocalServerHandle",
     "ServerHandle",
+    "SSHHost",
     "load_hosts",
     "local_host",
     "make_host",
