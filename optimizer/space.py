@@ -53,6 +53,7 @@ class IntParam(_Strict):
     step: int = 1
     log: bool = False
     when: str | None = None
+    default: int | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "IntParam":
@@ -75,6 +76,7 @@ class FloatParam(_Strict):
     step: float | None = None
     log: bool = False
     when: str | None = None
+    default: float | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "FloatParam":
@@ -99,6 +101,7 @@ class CategoricalParam(_Strict):
     type: Literal["categorical"]
     choices: list[Scalar] = Field(min_length=1)
     when: str | None = None
+    default: Scalar = None
 
     @field_validator("choices")
     @classmethod
@@ -205,6 +208,11 @@ class SearchSpace:
                 bad = [v for v in vals if not isinstance(v, int) or isinstance(v, bool) or v < lowest]
                 if bad:
                     raise self._err(key, f"values must be integers >= {lowest}; got {bad[0]!r}")
+            if p.default is not None:
+                if isinstance(p, CategoricalParam) and p.default not in p.choices:
+                    raise self._err(f"{key}.default", f"must be one of the choices {p.choices}")
+                if isinstance(p, (IntParam, FloatParam)) and not (p.low <= p.default <= p.high):
+                    raise self._err(f"{key}.default", f"must be between low ({p.low}) and high ({p.high})")
             if p.when is not None:
                 try:
                     tree = expr.compile_expr(p.when)
@@ -279,9 +287,37 @@ class SearchSpace:
             flags[rules.DRAFT] = int(flags[rules.STEPS]) + 1
         return Candidate(flags=flags, env={k: v for k, v in env.items() if v != UNSET})
 
+    def default_value(self, name: str) -> Any:
+        """A parameter's default: its ``default`` key, else for a categorical 'unset'/false if offered, else its
+        first choice; numeric parameters without a default have none (None)."""
+        p = self.params[name]
+        if p.default is not None:
+            return p.default
+        if isinstance(p, CategoricalParam):
+            for neutral in (UNSET, False, None):
+                if any(type(c) is type(neutral) and c == neutral for c in p.choices):
+                    return neutral
+            return p.choices[0]
+        return None
+
     def baseline_params(self) -> dict[str, Any]:
-        """Parameter values of the baseline trial (no speculation), for ``study.enqueue_trial``."""
-        return {rules.ALGO: NONE_ALGO}
+        """Parameter values of the baseline trial: no speculation, every other parameter at its default (NCCL
+        unset, custom all-reduce on), so the gain over the baseline is the gain over an untuned launch."""
+        out: dict[str, Any] = {rules.ALGO: NONE_ALGO}
+        for name in self.params:
+            if name == rules.ALGO or name.startswith("speculative-"):
+                continue
+            value = self.default_value(name)
+            if value is not None or isinstance(self.params[name], CategoricalParam):
+                out[name] = value
+        return out
+
+    def describe(self, cand: Candidate) -> str:
+        """A short line: the speculative triple, env and every searched flag that is not speculative."""
+        extra = [f"{k}={cand.flags[k]}" for k in self.params
+                 if not k.startswith("speculative-") and not ENV_NAME.match(k) and k in cand.flags
+                 and k != "disable-custom-all-reduce"]
+        return " ".join([cand.short(), *extra])
 
     def grid(self) -> Iterator[Candidate]:
         """Every distinct candidate of the space (inactive parameters collapse), in a stable order."""

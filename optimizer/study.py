@@ -311,7 +311,7 @@ class Driver:
         trial = self.study.ask()
         cand = self.space.suggest(trial)
         key = cand.key(architecture=self.arch)
-        trial.set_user_attr("config", cand.short())
+        trial.set_user_attr("config", self.space.describe(cand))
         trial.set_user_attr("candidate_key", key)
         trial.set_user_attr("flags", dict(cand.flags))
         trial.set_user_attr("env", dict(cand.env))
