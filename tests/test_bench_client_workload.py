@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from optimizer.bench.stats import distribute_itl, summary
 from optimizer.bench.sse import SSEStream
@@ -119,3 +122,20 @@ def test_sse_parser_handles_split_bytes_crlf_and_spaced_json():
     s = SSEStream("chat")
     s.feed(b'data: {"choices":[{"delta":{"content":"a"}}]\n\n', 0.0)  # cut-off JSON
     assert s.error.startswith("non_json")
+
+
+_REC_BODY = json.loads(
+    (Path("/work/shared/recordings/sglang-0.5.17-h200") / "launch_B_eagle3_topk1.json").read_text()
+)["endpoints"][6]["raw_body"].encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=len(_REC_BODY) - 1), max_size=12))
+def test_sse_parser_result_does_not_depend_on_how_bytes_are_split(cuts):
+    """The recorded EAGLE3 stream, cut anywhere: always 6 content chunks, usage 16 tokens, [DONE]."""
+    bounds = [0, *sorted(set(cuts)), len(_REC_BODY)]
+    s = SSEStream("chat")
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        s.feed(_REC_BODY[a:b], float(i))
+    assert s.done and not s.error
+    assert len(s.arrivals) == 6 and s.usage["completion_tokens"] == 16

@@ -154,6 +154,7 @@ class _Runner:
         return "default"
 
     async def accept_length(self) -> float | None:
+        """The server's average accept length; None without speculation or on servers that do not say."""
         for path in ("/server_info", "/get_server_info"):
             obj = await self._get_json(path)
             if not isinstance(obj, dict):
@@ -165,7 +166,23 @@ class _Runner:
                 v = d.get("avg_spec_accept_length")
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     return float(v)
+            if obj.get("speculative_algorithm") is None and "speculative_algorithm" in obj:
+                return None  # speculation is off: the key is absent on purpose
+            break
+        # Builds that moved the field: the Prometheus gauge (it reads 0 without speculation).
+        try:
+            r = await self.client.get(self.base + "/metrics", timeout=10.0)
+        except httpx.HTTPError:
             return None
+        if r.status_code != 200:
+            return None
+        for line in r.text.splitlines():
+            if line.startswith("sglang:spec_accept_length"):
+                try:
+                    v = float(line.rsplit(" ", 1)[1])
+                except (ValueError, IndexError):
+                    continue
+                return v if v > 0 else None
         return None
 
     # ---- requests -----------------------------------------------------------------------------------------
