@@ -214,25 +214,22 @@ class SSHHost(Host):
             chan.shutdown_write()
             out, err = bytearray(), bytearray()
             deadline = time.monotonic() + timeout_s
-            while True:
-                if chan.recv_ready():
-                    out += chan.recv(65536)
-                elif chan.recv_stderr_ready():
+            while True:  # stdout until EOF (recv blocks, up to the channel timeout); stderr as it comes
+                while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
-                elif chan.exit_status_ready():
-                    while chan.recv_ready():
-                        out += chan.recv(65536)
-                    while chan.recv_stderr_ready():
-                        err += chan.recv_stderr(65536)
+                data = chan.recv(65536)
+                if not data:
                     break
-                elif time.monotonic() > deadline:
-                    raise HostError(f"{self.name}: remote command timed out after {timeout_s:.0f} s",
-                                    host=self.name)
-                elif chan.closed or not transport.is_active():
-                    raise HostError(f"{self.name}: SSH connection dropped during a command", host=self.name)
-                else:
-                    select.select([chan], [], [], 0.1)
+                out += data
+                if time.monotonic() > deadline:
+                    raise socket.timeout()
+            if not chan.status_event.wait(max(0.1, deadline - time.monotonic())):
+                raise socket.timeout()
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(65536)
             status = chan.recv_exit_status()
+        except socket.timeout:
+            raise HostError(f"{self.name}: remote command timed out after {timeout_s:.0f} s", host=self.name) from None
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise HostError(f"{self.name}: SSH command failed: {e}", host=self.name) from None
         finally:
@@ -299,16 +296,6 @@ class SSHHost(Host):
                 raise ValueError(f"invalid environment variable name {k!r}")
         env_args = ["env", *(f"{k}={v}" for k, v in full_env.items())]
 
-        # Host faults first: the command must exist (with the same environment, PATH included) ...
-        check = " ".join(q(a) for a in [*env_args, "sh", "-c", 'command -v "$1"', "sh", argv[0]])
-        status, _, _ = self.run(check)
-        if status != 0:
-            raise HostError(f"{self.name}: command not found on {self.cfg.address}: {argv[0]!r}", host=self.name)
-        # ... and the port must be free.
-        if not self._helper("portfree", self.cfg.server_host, port):
-            raise HostError(f"{self.name}: port {port} on {self.cfg.address} ({self.cfg.server_host}) is taken",
-                            host=self.name)
-
         run_id = uuid.uuid4().hex
         wd, run_dir = self.workdir, self.run_dir
         logs = f"{wd}/logs"
@@ -325,15 +312,31 @@ class SSHHost(Host):
             "exit_file": exit_file,
             "created": time.time(),
         }
+        py = " ".join(q(a) for a in self.python)
+        helper = f"{py} -c {q(_HELPER_SRC)}"
+        # One round trip: check the host faults first (exit 127: the command is missing, with the same
+        # environment and PATH the server gets; 97: the helper's Python failed; 98: the port is taken), then
+        # launch the wrapper detached, wait for its pid file and record the pid file JSON.
+        check = " ".join(q(a) for a in [*env_args, "sh", "-c", 'command -v "$1"', "sh", argv[0]])
         launch = (
-            f"mkdir -p {q(run_dir)} {q(logs)} && "
+            f"{check} >/dev/null 2>&1 || exit 127; "
+            f"free=$({helper} portfree {q(self.cfg.server_host)} {int(port)}) || exit 97; "
+            '[ "$free" = true ] || exit 98; '
+            f"mkdir -p {q(run_dir)} {q(logs)} || exit 1; "
             f"{{ setsid sh -c {q(_WRAPPER)} sh {q(pid_file)} {q(exit_file)} "
-            f"{' '.join(q(a) for a in [*env_args, *argv])} </dev/null >{q(remote_log)} 2>&1 & }} && "
+            f"{' '.join(q(a) for a in [*env_args, *argv])} </dev/null >{q(remote_log)} 2>&1 & }}; "
             f"i=0; while [ ! -s {q(pid_file)} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
-            f"{' '.join(q(a) for a in self.python)} -c {q(_HELPER_SRC)} record \"$(cat {q(pid_file)})\" "
-            f"{q(json.dumps(extra))} {q(json_file)}"
+            f"{helper} record \"$(cat {q(pid_file)})\" {q(json.dumps(extra))} {q(json_file)}"
         )
         status, out, err = self.run(launch, 60.0)
+        if status == 127:
+            raise HostError(f"{self.name}: command not found on {self.cfg.address}: {argv[0]!r}", host=self.name)
+        if status == 98:
+            raise HostError(f"{self.name}: port {port} on {self.cfg.address} ({self.cfg.server_host}) is taken",
+                            host=self.name)
+        if status == 97:
+            raise HostError(f"{self.name}: cannot run {' '.join(self.python)!r} on {self.cfg.address}: "
+                            f"{err.strip()[-500:]}", host=self.name)
         lines = out.strip().splitlines()
         if status != 0 or not lines:
             raise HostError(f"{self.name}: could not start the server: {(err or out).strip()[-500:]}",
@@ -361,6 +364,14 @@ class SSHHost(Host):
 
     def __repr__(self) -> str:
         return f"SSHHost({self.name!r}, {self._where()})"
+
+
+def _status(word: str) -> int:
+    """The wrapper's exit-status file content as a Popen-style return code."""
+    if word.isdigit():
+        n = int(word)
+        return -(n - 128) if n > 128 else n  # the shell reports death by signal N as 128+N
+    return -9  # gone without an exit status: the wrapper itself was SIGKILLed
 
 
 class SSHServerHandle(ServerHandle):
@@ -405,30 +416,37 @@ class SSHServerHandle(ServerHandle):
         word = out.strip()
         if word == "alive":
             return None
-        if word.lstrip("-").isdigit():
-            n = int(word)
-            self._rc = -(n - 128) if n > 128 else n  # the shell reports death by signal N as 128+N
-        else:
-            self._rc = -9  # gone without an exit status: the wrapper itself was SIGKILLed
+        self._rc = _status(word)
         return self._rc
 
     def stop(self, timeout_s: float = 30.0) -> None:
         with self._lock:
             if self._stopped:
                 return
+            host = self._host
             try:
-                res = self._host._helper("stop", self.pgid, timeout_s, self._host.cfg.server_host, self.port,
-                                         PORT_WAIT_S, timeout_s=timeout_s + PORT_WAIT_S + 60.0)
-                self._host.run(f"rm -f {q(self._json_file)} {q(self._pid_file)} {q(self._pid_file + '.tmp')}")
-                self._rc = None
-                self._checked = 0.0
-                self.returncode()
+                # One round trip: stop the group on the host (TERM, KILL after timeout_s, then wait for the
+                # port), print the wrapper's exit status if it wrote one, and remove this run's files.
+                cmd = (
+                    f"{' '.join(q(a) for a in host.python)} -c {q(_HELPER_SRC)} stop {self.pgid} "
+                    f"{float(timeout_s)} {q(host.cfg.server_host)} {int(self.port)} {PORT_WAIT_S}; "
+                    f"cat {q(self._exit_file)} 2>/dev/null || echo none; "
+                    f"rm -f {q(self._json_file)} {q(self._pid_file)} {q(self._pid_file + '.tmp')} "
+                    f"{q(self._exit_file)}"
+                )
+                status, out, err = host.run(cmd, timeout_s + PORT_WAIT_S + 60.0)
+                lines = out.strip().splitlines()
+                if len(lines) < 2 or not lines[0].startswith("{"):
+                    raise HostError(f"{host.name}: stopping pgid {self.pgid} failed: {(err or out).strip()[-500:]}",
+                                    host=host.name)
+                res = json.loads(lines[0])
+                if self._rc is None:
+                    self._rc = _status(lines[1].strip())
             finally:
                 self._detach()
             self._stopped = True
-            if self._host._current is self:
-                self._host._current = None
-            self._host.run(f"rm -f {q(self._exit_file)}")
+            if host._current is self:
+                host._current = None
         if not res.get("port_free", True):  # type: ignore[union-attr]
             raise HostError(f"{self._host.name}: port {self.port} still in use after the server's group was "
                             "stopped", host=self._host.name)
