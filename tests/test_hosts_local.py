@@ -232,6 +232,14 @@ def test_hosts_file_errors(tmp_path: Path, body: str, message: str) -> None:
     assert str(e.value).replace(str(tmp_path) + "/", "").startswith(message), str(e.value)
 
 
+def test_example_hosts_file_loads() -> None:
+    from optimizer.hosts.config import EXAMPLE, state_dir_for
+
+    local, box = load_hosts(EXAMPLE)
+    assert local.type == "local" and box.type == "ssh" and box.server_port == 30000 and box.env["NCCL_DEBUG"]
+    assert state_dir_for("studies/s", box) == Path("studies/s/hosts/gpu-box-1")
+
+
 def test_host_config_is_validated_directly() -> None:
     with pytest.raises(Exception):
         HostConfig(name="x", type="ssh")

@@ -201,3 +201,17 @@ def test_reap_orphans_of_a_dead_driver(sshd: Sshd, tmp_path: Path) -> None:
         assert second.reap_orphans() == []
     finally:
         second.close()
+
+
+def test_log_tail_without_sftp(tmp_path: Path) -> None:
+    """A host without the SFTP subsystem: the log is streamed with tail(1) over exec channels."""
+    plain = Sshd(tmp_path / "sshd-nosftp", sftp=False)
+    try:
+        host = SSHHost(config(plain, tmp_path))
+        h, port, log = boot(host, tmp_path)
+        assert not h._tail.use_sftp
+        assert json.loads(log_line(log, "ARGV")) == [str(port)]
+        h.stop(timeout_s=5)
+        host.close()
+    finally:
+        plain.stop()

@@ -238,6 +238,15 @@ def load_hosts(path: str | Path) -> list[HostConfig]:
     return parse_hosts(data, file=file)
 
 
+#: An example hosts file, shipped with the package.
+EXAMPLE = Path(__file__).with_name("hosts.example.yaml")
+
+
+def state_dir_for(study_dir: Path | str, cfg: HostConfig) -> Path:
+    """The local state directory of a host in a study: ``<study dir>/hosts/<name>``."""
+    return Path(study_dir) / "hosts" / cfg.name
+
+
 def make_host(cfg: HostConfig, state_dir: Path | str):
     """Build the Host for ``cfg``.
 
