@@ -16,8 +16,9 @@ A space file::
     constraints:                    # user constraints on top of SGLang's own rules
       - "draft <= 32"
 
-The baseline (no speculation) is always part of the space: ``none`` is added to the algorithm's choices and the
-driver measures it first. Every ``speculative-*`` parameter is conditional on speculation being on.
+The baseline (no speculation, every other parameter at its default) is measured first (``baseline: false`` turns
+that off); to let the sampler also search launches without speculation, list ``none`` among the algorithm's
+choices. Every ``speculative-*`` parameter is conditional on speculation being on.
 """
 
 from __future__ import annotations
@@ -158,15 +159,12 @@ class SearchSpace:
         self.model = model
         self.source = source
         self.params: dict[str, Param] = dict(model.parameters)
-        algo = self.params.get(rules.ALGO)
-        if model.baseline:
-            if algo is None:
-                choices: list[Scalar] = [NONE_ALGO, "EAGLE3"] if self._has_spec_params() else [NONE_ALGO]
-                algo = CategoricalParam(type="categorical", choices=choices)
-            elif isinstance(algo, CategoricalParam) and NONE_ALGO not in [str(c).lower() for c in algo.choices]:
-                algo = CategoricalParam(type="categorical", choices=[NONE_ALGO, *algo.choices], when=algo.when)
+        if self._has_spec_params() and rules.ALGO not in self.params and rules.ALGO not in model.fixed:
+            self.params = {rules.ALGO: CategoricalParam(type="categorical", choices=["EAGLE3"]), **self.params}
+        elif rules.ALGO in self.params:
             # The algorithm goes first: every speculative parameter depends on it.
-            self.params = {rules.ALGO: algo, **{k: v for k, v in self.params.items() if k != rules.ALGO}}
+            self.params = {rules.ALGO: self.params[rules.ALGO],
+                           **{k: v for k, v in self.params.items() if k != rules.ALGO}}
         self._when = {}
         self._constraints = []
         self._validate()
@@ -300,6 +298,9 @@ class SearchSpace:
             return p.choices[0]
         return None
 
+    def baseline(self) -> Candidate:
+        return self.candidate(self.baseline_params())
+
     def baseline_params(self) -> dict[str, Any]:
         """Parameter values of the baseline trial: no speculation, every other parameter at its default (NCCL
         unset, custom all-reduce on), so the gain over the baseline is the gain over an untuned launch."""
@@ -322,6 +323,10 @@ class SearchSpace:
     def grid(self) -> Iterator[Candidate]:
         """Every distinct candidate of the space (inactive parameters collapse), in a stable order."""
         seen: set[str] = set()
+        if self.model.baseline:
+            base = self.baseline()
+            seen.add(base.key(architecture=self.model.architecture))
+            yield base
 
         def walk(i: int, names: list[str], values: dict[str, Any]) -> Iterator[dict[str, Any]]:
             if i == len(names):

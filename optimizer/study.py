@@ -154,6 +154,8 @@ class Driver:
         self.stopping = False
         self.interrupts = 0
         self.idle_asks = 0
+        self.baseline_due = False
+        self.warm_due = False
         self.host_phase: dict[str, tuple[str, int | None, float]] = {}
         self.boot_times: list[float] = []
         self.bench_times: list[float] = []
@@ -195,9 +197,10 @@ class Driver:
             trial.set_user_attr("outcome", "interrupted")
             trial.set_user_attr("failure_reason", "the driver stopped while this trial ran; re-queued")
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            if t.params and not t.user_attrs.get("requeued_from"):
-                study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number, **(
-                    {BASELINE_ATTR: True} if t.user_attrs.get(BASELINE_ATTR) else {})})
+            if t.user_attrs.get(BASELINE_ATTR):
+                requeued += 1  # asked again below: the baseline has no parameters to enqueue
+            elif t.params and not t.user_attrs.get("requeued_from"):
+                study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
                 requeued += 1
         if requeued:
             self.progress.note(self, f"resumed: {requeued} interrupted trial(s) re-queued")
@@ -207,15 +210,19 @@ class Driver:
                 self.progress.note(self, f"[{host}] stopped {len(pgids)} server(s) left by a previous run: {pgids}")
         trials = study.get_trials(deepcopy=False)
         has_baseline = any(t.user_attrs.get(BASELINE_ATTR) and t.state != TrialState.FAIL for t in trials)
-        waiting = [t for t in trials if t.state == TrialState.WAITING]
-        if self.space.model.baseline and not has_baseline and not any(
-            t.user_attrs.get(BASELINE_ATTR) for t in waiting
-        ):
-            study.enqueue_trial(self.space.baseline_params(), user_attrs={BASELINE_ATTR: True})
-            if self.cfg.sampler.name == "tpe":
-                warm = self._sglang_default_params()
-                if warm:
-                    study.enqueue_trial(warm, user_attrs={"warm_start": "sglang auto default"})
+        # The baseline is a trial without parameters (so the sampler never searches 'no speculation' unless the
+        # space lists 'none'): asked first, before the sampler's first suggestion.
+        self.baseline_due = self.space.model.baseline and not has_baseline
+        self.warm_due = not trials and self.cfg.sampler.name == "tpe"
+        if not self.baseline_due:
+            self._enqueue_warm_start()
+
+    def _enqueue_warm_start(self) -> None:
+        if self.warm_due:
+            self.warm_due = False
+            warm = self._sglang_default_params()
+            if warm:
+                self.study.enqueue_trial(warm, user_attrs={"warm_start": "sglang auto default"})
 
     def _sglang_default_params(self) -> dict[str, Any] | None:
         """SGLang's own auto triple for the architecture, if the space contains it: a strong first guess."""
@@ -225,7 +232,8 @@ class Driver:
         if not choices:
             return None
         steps, topk, draft = rules.auto_triple(self.arch, rules.algorithm({rules.ALGO: choices[0]}))
-        out: dict[str, Any] = {rules.ALGO: choices[0]}
+        out: dict[str, Any] = {k: v for k, v in self.space.baseline_params().items() if k != rules.ALGO}
+        out[rules.ALGO] = choices[0]
         for name, value in ((rules.STEPS, steps), (rules.TOPK, topk), (rules.DRAFT, draft)):
             p = params.get(name)
             if p is None:
@@ -309,7 +317,14 @@ class Driver:
     def _ask(self) -> Active | None:
         """Ask the sampler for a candidate; settle it at once if it needs no launch."""
         trial = self.study.ask()
-        cand = self.space.suggest(trial)
+        if self.baseline_due:
+            self.baseline_due = False
+            cand = self.space.baseline()
+            trial.set_user_attr(BASELINE_ATTR, True)
+            trial.set_user_attr("baseline_params", self.space.baseline_params())
+            self._enqueue_warm_start()  # after the baseline's ask, which would otherwise take the queued trial
+        else:
+            cand = self.space.suggest(trial)
         key = cand.key(architecture=self.arch)
         trial.set_user_attr("config", self.space.describe(cand))
         trial.set_user_attr("candidate_key", key)

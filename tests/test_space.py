@@ -45,14 +45,17 @@ def test_eagle3_space_has_what_the_issue_asks():
     assert p["speculative-eagle-topk"].choices == [1, 2, 4, 8]
     assert (p["speculative-num-draft-tokens"].low, p["speculative-num-draft-tokens"].high) == (2, 64)
     assert {"NCCL_PROTO", "NCCL_ALGO", "disable-custom-all-reduce"} <= set(p)
-    assert "none" in p["speculative-algorithm"].choices
+    assert "none" not in p["speculative-algorithm"].choices  # the baseline is its own trial, not a choice
+    base = space.baseline()
+    assert base.is_baseline and not base.env and base.flags.get("disable-custom-all-reduce") is False
 
 
 def test_grid_collapses_inactive_parameters():
     space = small_space()
     cands = list(space.grid())
-    # baseline x NCCL(2) + topk1: steps(4) x NCCL(2) + topk2: steps(4) x draft(7) x NCCL(2)
-    assert len(cands) == 2 + 8 + 56
+    # baseline (NCCL at its default) + topk1: steps(4) x NCCL(2) + topk2: steps(4) x draft(7) x NCCL(2)
+    assert len(cands) == 1 + 8 + 56
+    assert cands[0].is_baseline and not cands[0].env
     topk1 = [c for c in cands if c.flags.get(rules.TOPK) == 1]
     assert all(c.flags[rules.DRAFT] == c.flags[rules.STEPS] + 1 for c in topk1)
     assert all("speculative-num-steps" not in c.flags for c in cands if c.is_baseline)
