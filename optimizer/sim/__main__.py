@@ -1,0 +1,258 @@
+"""``python -m optimizer.sim [SGLang launch flags] [--sim-* options]``: an SGLang-compatible simulated server.
+
+``python -m optimizer.sim truth --profile P --space FILE [--concurrency N] [--out FILE]`` writes ground truth.
+
+Simulator options: ``--sim-profile NAME`` (default llama-3.1-8b-h100), ``--sim-time-scale X`` (multiplies boot
+and phase durations), ``--sim-step-scale X`` (multiplies decode step times; 0 = no waiting), ``--sim-seed N``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+
+from . import cli, logs
+from .logs import log
+
+
+def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def _install_sigterm(time_scale: float) -> None:
+    def handler(signum, frame):  # noqa: ARG001
+        pid = os.getpid()
+        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        log(f"Subprocess scheduler_0 (pid={pid + 1}) crashed with exit code -15. Triggering SIGQUIT for cleanup...")
+        log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        log("Sleeping 5 seconds before crash diagnostics to let GPU activity settle.")
+        _sleep(5.0 * time_scale)
+        log("No live scheduler processes found; skipping py-spy and CUDA coredump.")
+        log(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
+        logs.kill_self()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _server_args_repr(flags: dict, host: str, port: int) -> str:
+    items = [f"{k.replace('-', '_')}={v!r}" for k, v in flags.items()]
+    return "ServerArgs(" + ", ".join([f"host={host!r}", f"port={port}", *items]) + ")"
+
+
+def serve(argv: list[str]) -> int:
+    from .model import load_profile
+    from .profiles import DEFAULT_PROFILE
+    from .. import rules
+
+    opts = cli.parse(argv, DEFAULT_PROFILE)
+    try:
+        profile = load_profile(opts.profile)
+    except KeyError as exc:
+        cli.usage_error(f"argument --sim-profile: {exc.args[0]}")
+    ts = opts.time_scale
+    _install_sigterm(ts)
+    flags = dict(opts.flags)
+    env = {k: os.environ[k] for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL") if os.environ.get(k)}
+    err = sys.stderr
+
+    err.write("/sglang/launch_server.py:56: UserWarning: 'python -m sglang.launch_server' is still supported, but "
+              "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path <model> "
+              "[options]\n  warnings.warn(\n")
+    if "cuda-graph-max-bs" in flags:
+        err.write("\x1b[1;33m'--cuda-graph-max-bs' is deprecated and will be removed in a future release. "
+                  "Use '--cuda-graph-max-bs-decode' instead.\x1b[0m\n")
+    err.flush()
+    # Python imports of the real launcher (~13-24 s), then argument parsing.
+    _sleep(profile.boot["imports"] * ts)
+    violations = rules.startup_violations(flags, architecture=profile.architecture, gpu_sm=profile.gpu_sm)
+    if violations:
+        _, warnings = rules.normalize(flags, architecture=profile.architecture)
+        for w in warnings:
+            if w == rules.MAX_RUNNING_WARNING:
+                log(w + " You can override this by explicitly setting --max-running-requests.", err)
+        v = violations[0]
+        logs.invalid_args(v.exc, v.message)
+        return 1
+
+    ev = profile.evaluate(flags, env, 1)
+    norm, warnings = rules.normalize(flags, architecture=profile.architecture)
+    for w in warnings:
+        extra = " You can override this by explicitly setting --max-running-requests." \
+            if w == rules.MAX_RUNNING_WARNING else ""
+        log(w + extra)
+    if profile.tp_size > 1 and profile.comm is not None and not profile.comm.car_supported \
+            and not flags.get("disable-custom-all-reduce"):
+        log("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
+            "this warning, specify disable_custom_all_reduce=True explicitly.")
+    for name in opts.unknown:
+        log(f"Simulator: flag --{name} accepted and not modelled.")
+    phases = profile.boot_phases(flags)
+    ph = dict(phases)
+    _sleep(ph["server_args"] * ts)
+    log("server_args=" + _server_args_repr(norm, opts.host, opts.port))
+    if env:
+        log("NCCL environment: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
+
+    # -- scheduler process: distributed init
+    log("Init torch distributed begin.")
+    if ev.failure == "nccl_hang":
+        while True:  # NCCL init never returns: no output, no port, no exit
+            time.sleep(3600)
+    _sleep(ph["init_distributed"] * ts)
+    log(f"Init torch distributed ends. elapsed={ph['init_distributed']:.2f} s, mem usage=0.09 GB")
+    gpu = profile.gpu_mem_gb
+    log(f"Load weight begin. avail mem={gpu - 0.7:.2f} GB")
+    _sleep(ph["load_weights"] * ts)
+    weights_gb = gpu * 0.55
+    log(f"Load weight end. elapsed={ph['load_weights']:.2f} s, type={profile.architecture}, "
+        f"avail mem={gpu - 0.7 - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB.")
+    if "load_draft_weights" in ph:
+        log(f"Using draft model load_format: '{flags.get('speculative-draft-load-format', 'auto')}'")
+        log(f"Load weight begin. avail mem={gpu - 0.7 - weights_gb:.2f} GB")
+        _sleep(ph["load_draft_weights"] * ts)
+        log(f"Load weight end. elapsed={ph['load_draft_weights']:.2f} s, type=LlamaForCausalLMEagle3, "
+            f"avail mem={gpu - 1.2 - weights_gb:.2f} GB, mem usage=0.50 GB.")
+    _sleep(ph["memory_pool"] * ts)
+    if ev.failure == "oom":
+        logs.scheduler_crash(
+            ['  File "/sglang/srt/managers/scheduler.py", line 4931, in run_scheduler_process',
+             "    scheduler = Scheduler(",
+             '  File "/sglang/srt/model_executor/model_runner.py", line 2113, in init_memory_pool',
+             "    raise RuntimeError("],
+            "RuntimeError: " + ev.message)
+    kv = profile.max_total_num_tokens
+    avail = gpu * 0.12
+    log(f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {kv}, K size: {gpu * 0.1:.2f} GB, "
+        f"V size: {gpu * 0.1:.2f} GB")
+    log(f"Memory pool end. avail mem={avail:.2f} GB")
+    log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
+    capture_total = 0.0
+    labels = {
+        "capture_prefill": ("target prefill", "backend=breakable, num_tokens=[4, 8, ..., 8192]"),
+        "capture_decode": ("target decode", "backend=full, num_tokens_per_req=1"),
+        "capture_target_verify": ("target verify", "backend=full"),
+        "capture_draft_prefill": ("draft prefill", "backend=breakable"),
+        "capture_draft_decode": ("draft decode", "backend=full, num_tokens_per_req=1"),
+        "capture_draft_extend": ("draft extend", "backend=full"),
+    }
+    for name, sec in phases:
+        if not name.startswith("capture_"):
+            continue
+        what, detail = labels[name]
+        log(f"Capture {what} CUDA graph begin. {detail}, avail mem={avail:.2f} GB")
+        if ev.failure == "cuda_graph" and name != "capture_prefill":
+            _sleep(sec * ts * 0.5)
+            logs.scheduler_crash(
+                ['  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 612, in __init__',
+                 "    self.capture()",
+                 '  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 801, in capture',
+                 "    raise Exception("],
+                "Exception: " + ev.message)
+        _sleep(sec * ts)
+        capture_total += sec
+        log(f"Capture {what} CUDA graph end. elapsed={sec:.2f} s, mem usage=0.10 GB, avail mem={avail:.2f} GB.")
+    log(f"Capture cuda graph end. Time elapsed: {capture_total:.2f} s. mem usage=0.60 GB. avail mem={avail:.2f} GB.")
+    res = profile._resolve(flags)
+    log(f"max_total_num_tokens={kv}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        f"max_running_requests={res['max_running']}, context_len={profile.context_len}, "
+        f"available_gpu_mem={avail:.2f} GB")
+    log(f"Engine startup timings (s): load_weight={ph['load_weights']:.2f}, "
+        f"kv_cache_allocation={ph['memory_pool']:.2f}, scheduler_e2e={sum(ph.values()) - ph['imports']:.2f}")
+
+    return asyncio.run(_serve_http(opts, profile, flags, env, phases, ev))
+
+
+async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
+    import uvicorn
+
+    from .engine import Engine
+    from .server import State, build_app
+
+    ts = opts.time_scale
+
+    def crash() -> None:
+        logs.scheduler_crash(
+            ['  File "/sglang/srt/managers/scheduler.py", line 3121, in event_loop_overlap',
+             "    self.process_batch_result(tmp_batch, tmp_result)",
+             '  File "/sglang/srt/speculative/eagle_worker_v2.py", line 702, in verify',
+             "    torch.cuda.synchronize()",
+             ],
+            "torch.AcceleratorError: " + ev.message)
+
+    engine = Engine(profile, flags, env, step_scale=opts.step_scale, seed=opts.seed,
+                    crash_after=ev.crash_after_requests if ev.failure == "crash_serving" else None,
+                    on_crash=crash)
+    skip_warmup = bool(flags.get("skip-server-warmup"))
+    state = State(profile, flags, env, engine, host=opts.host, port=opts.port, time_scale=ts, boot_phases=phases,
+                  unknown=opts.unknown, skip_warmup=skip_warmup)
+    app = build_app(state)
+    fmt = "[%(asctime)s] %(levelname)s:     %(message)s"
+    log_config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {
+            "default": {"()": "logging.Formatter", "fmt": fmt, "datefmt": logs.FMT},
+            "access": {"()": "uvicorn.logging.AccessFormatter", "use_colors": False, "datefmt": logs.FMT,
+                       "fmt": '[%(asctime)s] %(levelname)s:     %(client_addr)s - "%(request_line)s" %(status_code)s'},
+        },
+        "handlers": {
+            "default": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stdout"},
+            "access": {"class": "logging.StreamHandler", "formatter": "access", "stream": "ext://sys.stdout"},
+        },
+        "loggers": {
+            "uvicorn": {"handlers": ["default"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+        },
+    }
+    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_config=log_config, access_log=True,
+                            timeout_keep_alive=30, backlog=2048, lifespan="off", loop="asyncio", http="h11")
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):  # our SIGTERM handler mimics SGLang's launcher
+            yield
+
+    server = Server(config)
+    scheduler = asyncio.ensure_future(engine.run())
+
+    async def warmup() -> None:
+        while not server.started:
+            await asyncio.sleep(0.005)
+        if not skip_warmup:
+            await asyncio.sleep(ph_warmup * ts)
+            log('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
+        state.ready = True
+        log("The server is fired up and ready to roll!")
+
+    ph_warmup = dict(phases).get("warmup", 0.0)
+    warm = asyncio.ensure_future(warmup())
+    try:
+        await server.serve()
+    finally:
+        scheduler.cancel()
+        warm.cancel()
+    if not server.started:
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "truth":
+        from .truth import main as truth_main
+
+        return truth_main(argv[1:])
+    logging.getLogger().setLevel(logging.WARNING)
+    return serve(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""The simulated scheduler: continuous batching in real time, driven by the profile's step-time model.
+
+One asyncio task runs the batch: every step it sleeps the model's cycle time for the current batch size (times
+the step scale), then draws each running request's accepted tokens and pushes them, as one event per request and
+step, to that request's channel. A new request joins at the next step boundary; its first token (the prefill's)
+is emitted on admission, like SGLang's first chunk. Output text is a deterministic function of the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .model import CATEGORIES, Profile, accept_cdf, draw_accept
+
+# Plain ASCII words (no JSON escaping needed), each one token.
+WORDS = [
+    " the", " model", " answer", " is", " a", " simple", " way", " to", " solve", " this", " problem", " and",
+    " we", " can", " see", " that", " each", " step", " of", " it", " works", " well", " with", " data",
+    " in", " practice", " for", " many", " cases", " where", " speed", " matters", " most", " so", " let",
+    " us", " look", " at", " how", " one", " might", " write", " code", " which", " runs", " fast", " on",
+    " modern", " hardware", " while", " keeping", " results", " correct", " here", " are", " some", " more",
+    " ideas", " about", " it", " today",
+]
+N_WORDS = len(WORDS)
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+_CODE = ("def ", "function", "python", "code", "class ", "implement", "```", "program", "javascript", "compile",
+         "bug", "sql", "algorithm", "rust", "c++")
+_MATH = ("solve", "math", "calculate", "equation", "integral", "how many", "compute", "prove", "sum of",
+         "probability", "derivative", "arithmetic")
+_SUMM = ("summarize", "summarise", "summary", "tl;dr", "tldr", "key points", "condense")
+
+
+def classify(text: str) -> str:
+    """A prompt's category from keywords: code, math, summarization, else chat."""
+    t = text.lower()
+    if any(w in t for w in _SUMM):
+        return "summarization"
+    if any(w in t for w in _CODE):
+        return "code"
+    if any(w in t for w in _MATH) or re.search(r"\d+\s*[-+*/^]\s*\d+", t):
+        return "math"
+    return "chat"
+
+
+def count_tokens(text: str) -> int:
+    return len(_TOKEN_RE.findall(text))
+
+
+def text_seed(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8", "replace"))
+
+
+def token_text(seed: int, start: int, n: int) -> str:
+    return "".join(WORDS[(seed + i * 7919) % N_WORDS] for i in range(start, start + n))
+
+
+def token_ids(seed: int, start: int, n: int) -> list[int]:
+    return [1000 + (seed + i * 7919) % N_WORDS for i in range(start, start + n)]
+
+
+class Channel:
+    """A per-request mailbox: the scheduler puts events, the response drains all pending ones at once."""
+
+    __slots__ = ("items", "waiter")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[int, int, bool]] = []
+        self.waiter: asyncio.Future | None = None
+
+    def put(self, item: tuple[int, int, bool]) -> None:
+        self.items.append(item)
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def get(self) -> list[tuple[int, int, bool]]:
+        while not self.items:
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        items, self.items = self.items, []
+        return items
+
+
+@dataclass(eq=False)
+class Request:
+    rid: str
+    category: str
+    max_tokens: int
+    prompt_tokens: int
+    seed: int
+    cdf: tuple[float, ...]
+    chan: Channel = field(default_factory=Channel)
+    produced: int = 0
+    verify_ct: int = 0
+    hist: list[int] = field(default_factory=list)
+    received: float = field(default_factory=time.time)
+    first_token_at: float = 0.0
+    finished_at: float = 0.0
+    cancelled: bool = False
+    done: bool = False
+
+
+class Engine:
+    def __init__(self, profile: Profile, flags: dict[str, Any], env: dict[str, str], *, step_scale: float = 1.0,
+                 seed: int = 0, crash_after: int | None = None, on_crash: Callable[[], None] | None = None) -> None:
+        self.profile = profile
+        self.flags = flags
+        self.env = env
+        self.resolved = profile._resolve(flags)
+        self.algo = self.resolved["algo"]
+        self.triple = self.resolved["triple"]
+        self.spec = self.algo is not None and self.triple is not None
+        self.max_running = self.resolved["max_running"]
+        self.step_scale = step_scale
+        self.rng = random.Random(seed)
+        self.crash_after = crash_after
+        self.on_crash = on_crash
+        self.depth = max(1, min(self.triple[0], self.triple[2] - 1)) if self.spec else 0
+        self.accept = {c: profile.accept_length(self.algo, self.triple, c) for c in CATEGORIES}
+        self.cdfs = {c: accept_cdf(round(L, 6), self.depth) if self.spec else (1.0,) for c, L in self.accept.items()}
+        self._cycle: dict[int, float] = {}
+        self.running: list[Request] = []
+        self.waiting: deque[Request] = deque()
+        self.wake = asyncio.Event()
+        self.counter = 0
+        # statistics
+        self.requests_done = 0
+        self.gen_tokens = 0
+        self.prompt_tokens = 0
+        self.verify_calls = 0  # request-level verify steps
+        self.spec_tokens = 0  # tokens produced by verify steps (bonus included)
+        self.last_gen_throughput = 0.0
+        self._window_tokens = 0
+        self._window_start = time.monotonic()
+        self._window_steps = 0
+        self.last_step_end = 0.0
+        self.ttft_sum = 0.0
+        self.e2e_sum = 0.0
+        self.crashed = False
+
+    # ------------------------------------------------------------------ model
+    def cycle_s(self, b: int) -> float:
+        c = self._cycle.get(b)
+        if c is None:
+            c = self.profile.step_times(b, self.resolved, self.env)[0] / 1000.0
+            self._cycle[b] = c
+        return c * self.step_scale
+
+    def new_request(self, category: str, max_tokens: int, prompt_tokens: int, prompt_text: str) -> Request:
+        self.counter += 1
+        rid = f"{self.counter:08x}{zlib.crc32(prompt_text.encode('utf-8', 'replace')) & 0xFFFFFFFF:08x}" \
+              f"{int(time.time() * 1e6) & 0xFFFFFFFFFFFFFFFF:016x}"
+        cat = category if category in CATEGORIES else "chat"
+        return Request(rid=rid, category=cat, max_tokens=max(0, int(max_tokens)), prompt_tokens=prompt_tokens,
+                       seed=text_seed(prompt_text), cdf=self.cdfs[cat])
+
+    def submit(self, req: Request) -> None:
+        self.prompt_tokens += req.prompt_tokens
+        if req.max_tokens == 0:
+            req.done = True
+            req.finished_at = time.time()
+            req.chan.put((0, 0, True))
+            self._complete(req)
+            return
+        self.waiting.append(req)
+        self.wake.set()
+
+    def cancel(self, req: Request) -> None:
+        req.cancelled = True
+
+    @property
+    def avg_accept_length(self) -> float:
+        return self.spec_tokens / self.verify_calls if self.verify_calls else 0.0
+
+    def gen_throughput_now(self) -> float:
+        if not self.running or time.monotonic() - self.last_step_end > 1.0:
+            return 0.0
+        return self.last_gen_throughput
+
+    # ------------------------------------------------------------------ loop
+    def _admit(self, now_wall: float) -> None:
+        while self.waiting and len(self.running) < self.max_running:
+            req = self.waiting.popleft()
+            if req.cancelled:
+                continue
+            req.produced = 1
+            req.first_token_at = now_wall
+            self.gen_tokens += 1
+            self._window_tokens += 1
+            self.ttft_sum += now_wall - req.received
+            if req.max_tokens <= 1:
+                req.done = True
+                req.chan.put((0, 1, True))
+                self._complete(req)
+                continue
+            req.chan.put((0, 1, False))
+            self.running.append(req)
+
+    def _complete(self, req: Request) -> None:
+        req.finished_at = time.time()
+        self.e2e_sum += req.finished_at - req.received
+        self.requests_done += 1
+        if self.crash_after is not None and self.requests_done >= self.crash_after and not self.crashed:
+            self.crashed = True
+            if self.on_crash is not None:
+                asyncio.get_running_loop().call_soon(self.on_crash)
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_t: float | None = None
+        rand = self.rng.random
+        spec = self.spec
+        while True:
+            if not self.running and not self.waiting:
+                self.wake.clear()
+                await self.wake.wait()
+                next_t = None
+            self._admit(time.time())
+            if not self.running:
+                continue
+            b = len(self.running)
+            dt = self.cycle_s(b)
+            now = loop.time()
+            if next_t is None or next_t < now - 0.25:
+                next_t = now
+            next_t += dt
+            delay = next_t - now
+            await asyncio.sleep(delay if delay > 0 else 0)
+            still: list[Request] = []
+            produced = 0
+            for req in self.running:
+                if req.cancelled:
+                    continue
+                n = draw_accept(req.cdf, rand()) if spec else 1
+                remaining = req.max_tokens - req.produced
+                if n > remaining:
+                    n = remaining
+                start = req.produced
+                req.produced += n
+                produced += n
+                if spec:
+                    req.verify_ct += 1
+                    self.verify_calls += 1
+                    self.spec_tokens += n
+                    req.hist.append(n)
+                fin = req.produced >= req.max_tokens
+                req.chan.put((start, n, fin))
+                if fin:
+                    req.done = True
+                    self._complete(req)
+                else:
+                    still.append(req)
+            self.running = still
+            self.gen_tokens += produced
+            self._window_tokens += produced
+            self._window_steps += 1
+            mono = time.monotonic()
+            self.last_step_end = mono
+            if self._window_steps >= 40 or mono - self._window_start >= 1.0:
+                span = mono - self._window_start
+                if span > 0:
+                    self.last_gen_throughput = self._window_tokens / span
+                self._window_tokens = 0
+                self._window_steps = 0
+                self._window_start = mono
+            if not self.running and not self.waiting:
+                self._window_start = time.monotonic()
+                self._window_tokens = 0
+                self._window_steps = 0
