@@ -6,8 +6,10 @@ The "remote" machine is this machine, so the tests can look at the remote proces
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
+import subprocess
 import sys
 import urllib.request
 import uuid
@@ -159,16 +161,12 @@ def test_unknown_host_key_is_rejected(sshd: Sshd, tmp_path: Path) -> None:
     with pytest.raises(HostError, match="is not in .*known_hosts.*accept_new_host_keys"):
         h.pick_port()
     # A different key for the same host is refused even with accept-new.
-    other = Sshd.__new__(Sshd)
-    import subprocess
-
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
     kind, key = (tmp_path / "other.pub").read_text().split()[:2]
     known.write_text(f"[127.0.0.1]:{sshd.port} {kind} {key}\n")
     h = SSHHost(config(sshd, tmp_path, known_hosts=str(known), accept_new_host_keys=True))
     with pytest.raises(HostError, match="does not match"):
         h.pick_port()
-    del other
 
 
 def test_accept_new_host_key_writes_known_hosts(sshd: Sshd, tmp_path: Path) -> None:
@@ -180,9 +178,12 @@ def test_accept_new_host_key_writes_known_hosts(sshd: Sshd, tmp_path: Path) -> N
         h.close()
     assert known.read_text() == sshd.host_key_line()
     # Now known: a strict host connects.
-    strict = SSHHost(config(sshd, tmp_path, known_hosts=str(known)))
+    strict = SSHHost(config(sshd, tmp_path, known_hosts=str(known), server_port=None))
     try:
         assert strict.run("echo hi")[1] == "hi\n"
+        assert strict.remote_path("~/.sglang-optimizer") == os.path.expanduser("~/.sglang-optimizer")
+        assert strict.remote_path("rel/dir") == os.path.expanduser("~/rel/dir")
+        assert strict.pick_port() == 30000  # server_port default of an ssh host
     finally:
         strict.close()
 

@@ -255,8 +255,9 @@ def main(args: list[str]) -> int:
     elif cmd == "stop":  # stop <pgid> <timeout_s> <bind_host> <port> <port_timeout_s>
         gone = stop_group(int(rest[0]), float(rest[1]))
         out = {"gone": gone, "port_free": wait_port_free(rest[2], int(rest[3]), float(rest[4]))}
-    elif cmd == "reap":  # reap <run_dir> <timeout_s> <port_timeout_s>
-        out = reap(Path(rest[0]), float(rest[1]), float(rest[2]))
+    elif cmd == "reap":  # reap <run_dir> <timeout_s> <port_timeout_s> [<pgid>,<pgid>... to skip]
+        skip = tuple(int(p) for p in rest[3].split(",") if p) if len(rest) > 3 else ()
+        out = reap(Path(rest[0]), float(rest[1]), float(rest[2]), skip_pgids=skip)
     else:
         print(json.dumps({"error": f"unknown command {cmd!r}"}))
         return 2

@@ -173,7 +173,8 @@ class SSHHost(Host):
         transport = client.get_transport()
         assert transport is not None
         if cfg.keepalive_s > 0:
-            # Keepalives detect a dead peer or path and keep NAT/firewall state alive during long boots.
+            # Keepalive packets keep NAT/firewall state alive through long quiet boots, and a connection that died
+            # shows up as a failed send (inactive transport), which makes the next use reconnect.
             transport.set_keepalive(int(max(1, cfg.keepalive_s)))
         return client
 
@@ -229,6 +230,7 @@ class SSHHost(Host):
                 err += chan.recv_stderr(65536)
             status = chan.recv_exit_status()
         except socket.timeout:
+            transport.close()  # a silently dead connection looks like this: reconnect on the next use
             raise HostError(f"{self.name}: remote command timed out after {timeout_s:.0f} s", host=self.name) from None
         except (paramiko.SSHException, OSError, EOFError) as e:
             raise HostError(f"{self.name}: SSH command failed: {e}", host=self.name) from None
@@ -348,9 +350,8 @@ class SSHHost(Host):
 
     def reap_orphans(self) -> list[int]:
         cur = self._current
-        if cur is not None and not cur._stopped:
-            raise HostError(f"{self.name}: reap_orphans while a server of this run is running", host=self.name)
-        pgids = self._helper("reap", self.run_dir, 30.0, PORT_WAIT_S, timeout_s=300.0)
+        skip = str(cur.pgid) if cur is not None and not cur._stopped else ""
+        pgids = self._helper("reap", self.run_dir, 30.0, PORT_WAIT_S, skip, timeout_s=300.0)
         return [int(p) for p in pgids]  # type: ignore[union-attr]
 
     def close(self) -> None:
