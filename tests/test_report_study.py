@@ -224,3 +224,100 @@ def test_build_study_has_every_outcome(tmp_path: Path) -> None:
     # the journal file is real: a fresh storage reads the same trials back
     again = optuna.load_study(study_name="ui", storage=open_storage(cfg.storage_url))
     assert len(again.get_trials()) == len(study.get_trials())
+
+
+# ---------------------------------------------------------------------------------------------- headless Chromium
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--hide-scrollbars")
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+
+
+def chromium() -> str:
+    """The Chromium binary; a clear failure (never a skip) when it is missing."""
+    import shutil
+
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise AssertionError("headless Chromium is not installed: run `make system-deps` (or `make test`, which runs "
+                         "it) or `apt-get install -y chromium`")
+
+
+def run_chromium(url: str, *args: str, timeout: float = 120.0) -> str:
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        proc = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, url],
+                              capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"chromium exited {proc.returncode}: {proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+def screenshot(url: str, name: str, *, size: str = "1400,1000", budget_ms: int = 10000) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    out = SCREENSHOTS / name
+    out.unlink(missing_ok=True)
+    run_chromium(url, f"--screenshot={out}", f"--window-size={size}", f"--virtual-time-budget={budget_ms}")
+    assert out.is_file() and out.stat().st_size > 0, f"chromium wrote no screenshot for {url}"
+    return out
+
+
+def dump_dom(url: str, *, budget_ms: int = 10000, size: str = "1400,1000") -> str:
+    return run_chromium(url, "--dump-dom", f"--window-size={size}", f"--virtual-time-budget={budget_ms}")
+
+
+def png_pixels(path: Path) -> "Any":
+    """Decode an 8-bit non-interlaced PNG (what Chromium writes) into an (h, w, channels) uint8 array."""
+    import struct
+    import zlib
+
+    import numpy as np
+
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    pos, idat, w = 8, [], 0
+    while pos < len(data):
+        (n,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert depth == 8 and interlace == 0 and ctype in (0, 2, 4, 6), (depth, ctype, interlace)
+            bpp = {0: 1, 2: 3, 4: 2, 6: 4}[ctype]
+        elif kind == b"IDAT":
+            idat.append(body)
+        pos += 12 + n
+    raw = np.frombuffer(zlib.decompress(b"".join(idat)), dtype=np.uint8).reshape(h, 1 + w * bpp)
+    out = np.zeros((h, w * bpp), dtype=np.uint8)
+    prev = np.zeros(w * bpp, dtype=np.int32)
+    for y in range(h):
+        f, row = raw[y, 0], raw[y, 1:].astype(np.int32)
+        if f == 0:
+            cur = row
+        elif f == 1:
+            cur = np.cumsum(row.reshape(w, bpp), axis=0).reshape(-1) & 0xFF
+        elif f == 2:
+            cur = (row + prev) & 0xFF
+        else:  # average and Paeth depend on the pixel to the left: byte by byte
+            r, p, c = row.tolist(), prev.tolist(), [0] * (w * bpp)
+            for i in range(w * bpp):
+                a = c[i - bpp] if i >= bpp else 0
+                if f == 3:
+                    c[i] = (r[i] + ((a + p[i]) >> 1)) & 0xFF
+                else:
+                    b, cc = p[i], p[i - bpp] if i >= bpp else 0
+                    pa, pb, pc = abs(b - cc), abs(a - cc), abs(a + b - 2 * cc)
+                    c[i] = (r[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else cc)) & 0xFF
+            cur = np.array(c, dtype=np.int32)
+        out[y] = cur
+        prev = cur
+    return out.reshape(h, w, bpp)
+
+
+def distinct_colours(path: Path) -> int:
+    import numpy as np
+
+    px = png_pixels(path)[:, :, :3].reshape(-1, 3).astype(np.uint32)
+    return int(np.unique((px[:, 0] << 16) | (px[:, 1] << 8) | px[:, 2]).size)
