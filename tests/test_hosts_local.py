@@ -162,14 +162,17 @@ def test_reap_orphans_when_leader_is_gone(tmp_path: Path) -> None:
     """)
     log = tmp_path / "server.log"
     h = host.start(host.launch_argv("-c", script), {}, log, port)
-    wait_for(lambda: h.returncode() is not None, 10, "launcher exit")
-    grandchild = int(log_line(log, "GRANDCHILD"))
-    wait_for(lambda: log_line(log, "READY") is not None, 10, "READY")
-    assert pid_alive(grandchild)
-    host._current = None  # forget it, as a dead driver would
-    assert LocalHost("local", state).reap_orphans() == [h.pgid]
-    assert not pid_alive(grandchild)
-    assert _proc.port_free("127.0.0.1", port)
+    try:
+        wait_for(lambda: h.returncode() is not None, 10, "launcher exit")
+        grandchild = int(log_line(log, "GRANDCHILD"))
+        wait_for(lambda: log_line(log, "READY") is not None, 10, "READY")
+        assert pid_alive(grandchild)
+        host._current = None  # forget it, as a dead driver would
+        assert LocalHost("local", state).reap_orphans() == [h.pgid]
+        assert not pid_alive(grandchild)
+        assert _proc.port_free("127.0.0.1", port)
+    finally:
+        _proc.stop_group(h.pgid, 1.0)  # never leave the grandchild behind when the test fails
 
 
 def test_pick_port(tmp_path: Path) -> None:
