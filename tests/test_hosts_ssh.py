@@ -202,6 +202,7 @@ def test_reap_orphans_of_a_dead_driver(sshd: Sshd, tmp_path: Path) -> None:
         assert second.reap_orphans() == []
     finally:
         second.close()
+        _proc.stop_group(pgid, 1.0)  # never leave the server behind when the test fails
 
 
 def test_log_tail_without_sftp(tmp_path: Path) -> None:
