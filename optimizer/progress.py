@@ -1,0 +1,233 @@
+"""Live terminal progress while a study runs (rich): what each host is doing and for how long, the best
+configuration so far and its gain over the baseline, trials done and left, and an ETA from the measured boot and
+benchmark times. ``optimizer.study.Progress`` (plain log lines) stays the choice when output is not a terminal.
+
+Threading: rich refreshes the display from its own thread (at most 4 times a second). That thread never touches the
+study's storage: everything read from storage is read in the driver's thread (in ``start``/``event``/``finished``/
+``note``) into a snapshot; the refresh thread only reads that snapshot, ``driver.host_phase`` and the clock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from .events import ChunkEvent, PhaseEvent, TrialResult
+from .study import Progress, baseline_trial, best_trial, feasible
+
+MAX_REFRESH_PER_SECOND = 4.0
+
+PHASE_LABELS = {
+    "idle": "idle", "stopping": "stopping", "starting": "starting", "booting": "booting",
+    "warming_up": "warming up", "benchmarking": "benchmarking", "stopping_server": "stopping", "done": "done",
+}
+PHASE_STYLES = {
+    "idle": "dim", "stopping": "yellow", "stopping_server": "yellow", "starting": "cyan", "booting": "cyan",
+    "warming_up": "magenta", "benchmarking": "bold green", "done": "dim",
+}
+OUTCOME_STYLES = {"complete": "green", "pruned": "yellow", "infeasible": "red", "failed": "magenta",
+                  "duplicate": "dim", "interrupted": "yellow"}
+
+
+def fmt_duration(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = max(0.0, float(s))
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+@dataclass
+class Snapshot:
+    """What the display shows that comes from storage; written only in the driver's thread."""
+
+    study: str = ""
+    launched: int = 0
+    left: int = 0
+    budget: int = 0
+    eta_s: float | None = None
+    eta_at: float = field(default_factory=time.time)
+    best: str = ""
+    best_value: float | None = None
+    best_number: int | None = None
+    baseline: float | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    configs: dict[int, str] = field(default_factory=dict)  # trial number -> short config
+    chunks: dict[str, tuple[int, float]] = field(default_factory=dict)  # host -> (chunk index, tok/s)
+    details: dict[str, str] = field(default_factory=dict)  # host -> last phase detail
+    quarantined: frozenset[str] = frozenset()
+    hosts: tuple[str, ...] = ()
+    stopping: bool = False
+
+
+class RichProgress(Progress):
+    """A live table of hosts plus a summary line, redrawn at most 4 times a second."""
+
+    def __init__(self, console: Console | None = None, *, refresh_per_second: float = MAX_REFRESH_PER_SECOND) -> None:
+        self.console = console or Console()
+        super().__init__(printer=self.console.print)
+        self.refresh_per_second = min(float(refresh_per_second), MAX_REFRESH_PER_SECOND)
+        self.snap = Snapshot()
+        self.driver: Any = None
+        self.live: Live | None = None
+        self.t0 = time.time()
+
+    # ------------------------------------------------------------------ Progress interface (driver thread)
+    def start(self, driver: Any) -> None:
+        self.driver = driver
+        self.t0 = getattr(driver, "t0", time.time())
+        self._update(driver)
+        self.console.print(f"study [bold]{driver.cfg.study}[/]: {self.snap.left} launch(es) left on "
+                           f"{len(driver.hosts)} host(s); storage {driver.cfg.storage_url}", highlight=False)
+        self.live = Live(console=self.console, get_renderable=self.render, refresh_per_second=self.refresh_per_second,
+                         transient=False, redirect_stdout=True, redirect_stderr=True)
+        self.live.start()
+
+    def event(self, driver: Any, ev: Any) -> None:
+        self.driver = driver
+        if isinstance(ev, PhaseEvent):
+            self._remember_config(driver, ev.trial)
+            if ev.detail:
+                self.snap.details[ev.host] = ev.detail
+            if ev.phase in ("starting", "booting"):
+                self.snap.chunks.pop(ev.host, None)
+            if ev.phase in ("starting", "done"):
+                self._update(driver)
+        elif isinstance(ev, ChunkEvent):
+            self.snap.chunks[ev.host] = (ev.index, ev.tok_per_s)
+        elif isinstance(ev, TrialResult):
+            self.snap.chunks.pop(ev.host, None)
+            self.snap.details.pop(ev.host, None)
+            self._update(driver)
+
+    def finished(self, driver: Any, frozen: Any) -> None:
+        self.driver = driver
+        self._update(driver)
+        ua = frozen.user_attrs
+        oc = ua.get("outcome", frozen.state.name.lower())
+        line = Text(f"trial {frozen.number} ")
+        line.append(oc, style=OUTCOME_STYLES.get(oc, ""))
+        line.append(f": {ua.get('config', '')}")
+        if frozen.value is not None and feasible(frozen):
+            line.append(f"  {frozen.value:.1f} tok/s", style="bold")
+            if self.snap.baseline and not ua.get("baseline"):
+                line.append(f" ({frozen.value / self.snap.baseline - 1:+.1%})")
+        if ua.get("failure_reason"):
+            line.append(f"  {str(ua['failure_reason'])[:160]}", style="dim")
+        if ua.get("host"):
+            line.append(f"  [{ua['host']}]", style="dim")
+        self.console.print(line)
+
+    def note(self, driver: Any, text: str) -> None:
+        self.console.print(Text(text, style="yellow"))
+
+    def stop(self, driver: Any) -> None:
+        self._update(driver)
+        if self.live is not None:
+            self.live.refresh()
+            self.live.stop()
+            self.live = None
+
+    # ------------------------------------------------------------------ snapshot (driver thread)
+    def _remember_config(self, driver: Any, number: int | None) -> None:
+        if number is None or number in self.snap.configs:
+            return
+        active = getattr(driver, "active", {}).get(number)
+        if active is not None:
+            try:
+                self.snap.configs[number] = active.candidate.short()
+            except Exception:  # noqa: BLE001 - a label is not worth a crash
+                pass
+
+    def _update(self, driver: Any) -> None:
+        s = self.snap
+        study = driver.study
+        s.study = driver.cfg.study
+        s.hosts = tuple(h.name for h in driver.hosts)
+        s.quarantined = frozenset(getattr(driver, "quarantined", ()))
+        s.stopping = bool(getattr(driver, "stopping", False))
+        s.budget = int(driver.cfg.budget.trials)
+        s.launched = driver.launched()
+        s.left = driver.budget_left()
+        s.eta_s, s.eta_at = driver.eta_s(), time.time()
+        for number in list(getattr(driver, "active", {})):
+            self._remember_config(driver, number)
+        best = best_trial(study)
+        if best is not None:
+            s.best, s.best_value, s.best_number = best.user_attrs.get("config", ""), best.value, best.number
+        base = study.user_attrs.get("baseline_tok_per_s")
+        if not base:
+            b = baseline_trial(study)
+            base = b.value if b is not None else None
+        s.baseline = float(base) if base else None
+        counts: dict[str, int] = {}
+        for t in study.get_trials(deepcopy=False):
+            if t.state.is_finished():
+                oc = t.user_attrs.get("outcome", t.state.name.lower())
+                counts[oc] = counts.get(oc, 0) + 1
+        s.counts = counts
+
+    # ------------------------------------------------------------------ display (any thread)
+    def render(self) -> Group:
+        now = time.time()
+        s = self.snap
+        driver = self.driver
+        try:
+            phases = dict(driver.host_phase) if driver is not None else {}
+        except RuntimeError:  # changed size while copied: the next refresh gets it
+            phases = {}
+        table = Table(expand=False, box=None, pad_edge=False, header_style="bold")
+        for col, kw in (("host", {"no_wrap": True}), ("phase", {"no_wrap": True}),
+                        ("trial", {"justify": "right", "no_wrap": True}), ("configuration", {"overflow": "fold"}),
+                        ("in phase", {"justify": "right", "no_wrap": True}),
+                        ("last chunk", {"justify": "right", "no_wrap": True})):
+            table.add_column(col, **kw)
+        for host in s.hosts or tuple(phases):
+            phase, number, since = phases.get(host, ("idle", None, now))
+            label = PHASE_LABELS.get(phase, phase)
+            style = PHASE_STYLES.get(phase, "")
+            if host in s.quarantined:
+                label, style = "quarantined", "bold red"
+            chunk = s.chunks.get(host) if phase == "benchmarking" else None
+            detail = s.details.get(host, "") if phase in ("booting", "warming_up") else ""
+            detail = detail if len(detail) <= 24 else detail[:23] + "…"
+            table.add_row(
+                host, Text(label + (f" ({detail})" if detail else ""), style=style),
+                "" if number is None else str(number),
+                s.configs.get(number, "") if number is not None else "",
+                fmt_duration(now - since) if since else "",
+                f"#{chunk[0]} {chunk[1]:.1f} tok/s" if chunk else "",
+            )
+        summary = Text()
+        if s.best_value is not None:
+            summary.append("best ", style="bold")
+            summary.append(f"{s.best} ", style="bold cyan")
+            summary.append(f"{s.best_value:.1f} tok/s (trial {s.best_number})")
+            if s.baseline:
+                gain = s.best_value / s.baseline - 1
+                summary.append(f"  {gain:+.1%} over baseline", style="bold green" if gain >= 0 else "bold red")
+        else:
+            summary.append("best: no feasible trial yet", style="dim")
+        if s.baseline:
+            summary.append(f"  (baseline {s.baseline:.1f} tok/s)", style="dim")
+        counts = "  ".join(f"{n} {k}" for k, n in sorted(s.counts.items()))
+        eta = None if s.eta_s is None else max(0.0, s.eta_s - (now - s.eta_at))
+        status = Text()
+        status.append(f"trials: {s.launched} launched, {s.left} left of {s.budget}")
+        if counts:
+            status.append(f"  ({counts})", style="dim")
+        status.append(f"   elapsed {fmt_duration(now - self.t0)}")
+        status.append(f"   ETA {fmt_duration(eta) if eta is not None else 'after the first boot'}")
+        if s.stopping:
+            status.append("   stopping (Ctrl-C again to force)", style="bold yellow")
+        title = Text(f"study {s.study}", style="bold")
+        return Group(title, table, summary, status)
