@@ -1,0 +1,139 @@
+"""How close is the simulator's served tok/s to its own ground truth? (a benchmark, not a unit test)
+
+Starts ``python -m optimizer.sim`` with real step times for a few configurations, drives it with a plain httpx
+streaming client (``/v1/chat/completions``, ``ignore_eos``, ``max_tokens`` 256, include_usage) for ``--seconds`` at
+concurrency 1 and 64, counts output tokens from ``usage.completion_tokens`` of requests finished in the window,
+and prints measured vs truth tok/s and the error in percent.
+
+    .venv/bin/python bench/sim_accuracy.py --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from optimizer.sim.model import load_profile  # noqa: E402
+
+EAGLE = "EAGLE3"
+CONFIGS = [
+    ("kimi-k2.5-8x-rtxpro6000", "baseline", {}, {}),
+    ("kimi-k2.5-8x-rtxpro6000", "eagle3 2/1/3 LL/Ring",
+     {"speculative-algorithm": EAGLE, "speculative-num-steps": 2, "speculative-eagle-topk": 1,
+      "speculative-num-draft-tokens": 3, "max-running-requests": 64},
+     {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}),
+    ("glm-4.7-flash-h200", "eagle3 auto (3/1/4)", {"speculative-algorithm": EAGLE, "max-running-requests": 64}, {}),
+    ("llama-3.1-8b-h100", "eagle3 auto (5/4/8)", {"speculative-algorithm": EAGLE, "max-running-requests": 64}, {}),
+]
+PROMPT = "Tell me about the history of the printing press in a few paragraphs."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def argv_of(flags: dict) -> list[str]:
+    out = []
+    for k, v in flags.items():
+        out += [f"--{k}"] if v is True else [f"--{k}", str(v)]
+    return out
+
+
+async def run_client(base: str, concurrency: int, seconds: float, max_tokens: int) -> tuple[float, int]:
+    body = {"model": "x", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
+            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    tokens = 0
+    warm = min(2.0, seconds / 5)
+    t_start = time.monotonic() + warm
+    t_end = t_start + seconds
+    # count tokens generated inside [t_start, t_end): usage for whole requests inside, plus a per-token pro rata
+    # for requests straddling the window edges (from the arrival times of their chunks).
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client:
+        async def worker() -> None:
+            nonlocal tokens
+            while time.monotonic() < t_end:
+                async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
+                    arrivals: list[float] = []
+                    n_chunks_tokens: list[int] = []
+                    usage = 0
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        now = time.monotonic()
+                        msg = json.loads(line[6:])
+                        if msg.get("usage"):
+                            usage = msg["usage"]["completion_tokens"]
+                        elif msg["choices"] and msg["choices"][0]["delta"].get("content"):
+                            arrivals.append(now)
+                            n_chunks_tokens.append(len(msg["choices"][0]["delta"]["content"].split(" ")) - 1)
+                    # words are one token each and start with a space: exact per-chunk token counts
+                    assert sum(n_chunks_tokens) == usage, (sum(n_chunks_tokens), usage)
+                    tokens += sum(n for t, n in zip(arrivals, n_chunks_tokens) if t_start <= t < t_end)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return tokens / seconds, tokens
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--max-tokens", type=int, default=256)
+    ap.add_argument("--concurrency", type=int, nargs="*", default=[1, 64])
+    ap.add_argument("--only", default="", help="substring of profile/label to run")
+    args = ap.parse_args()
+    rows = []
+    for profile, label, flags, env in CONFIGS:
+        if args.only and args.only not in f"{profile} {label}":
+            continue
+        prof = load_profile(profile)
+        port = free_port()
+        full = dict(flags)
+        if "speculative-algorithm" in full:
+            full["speculative-draft-model-path"] = prof.draft_model_path
+        cmd = [sys.executable, "-m", "optimizer.sim", "--sim-profile", profile, "--sim-time-scale", "0.001",
+               "--port", str(port), *argv_of(full)]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            base = f"http://127.0.0.1:{port}"
+            deadline = time.time() + 30
+            while time.time() < deadline:
+                try:
+                    if httpx.get(base + "/health", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+            for conc in args.concurrency:
+                truth = prof.evaluate(full, env, conc).tok_per_s
+                measured, _ = asyncio.run(run_client(base, conc, args.seconds, args.max_tokens))
+                err = (measured - truth) / truth * 100
+                rows.append((profile, label, conc, truth, measured, err))
+                print(f"{profile:26s} {label:24s} c={conc:<3d} truth {truth:9.1f}  measured {measured:9.1f}  "
+                      f"error {err:+6.2f}%", flush=True)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    worst = max((abs(r[5]) for r in rows), default=0.0)
+    print(f"worst error {worst:.2f}% over {len(rows)} runs of {args.seconds:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
