@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     port = _free_port()
     if a.server == "sim":
         cmd = [sys.executable, "-m", "optimizer.sim", "--model-path", "m", "--host", "127.0.0.1", "--port", str(port),
-               "--sim-step-scale", "0", "--max-running-requests", str(max(a.concurrency, 48)),
+               "--sim-step-scale", "0", "--sim-time-scale", "0.002", "--max-running-requests", str(max(a.concurrency, 48)),
                "--cuda-graph-max-bs", str(max(a.concurrency, 16))]
         if a.speculative:
             cmd += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d",
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     client_cpu = a.cpu if a.cpu in cpus else cpus[0]
     others = [c for c in cpus if c != client_cpu] or cpus
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, preexec_fn=lambda: os.sched_setaffinity(0, others))
+                            stderr=subprocess.DEVNULL, preexec_fn=lambda: os.sched_setaffinity(0, others))
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, proc)

@@ -83,3 +83,15 @@ def test_benchmark_against_the_simulator(sim):
     else:
         assert res.tokens_per_chunk == pytest.approx(1.0, abs=0.05)
         assert res.accept_length is None
+
+
+def test_client_ceiling_script_runs_against_the_simulator():
+    """bench/client_ceiling.py end to end, small: the figure itself is measured by hand (see its docstring)."""
+    import json
+
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "client_ceiling.py"), "--json", "--concurrency", "4",
+                          "--max-tokens", "32", "--requests", "8", "--chunks", "2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["server"] == "sim" and res["completed"] == 8 and res["failed"] == 0 and res["tok_per_s"] > 0
