@@ -188,7 +188,7 @@ def glm47_flash_h200() -> Profile:
     - batch 32: baseline 1,495 tok/s, EAGLE-3 1,731 tok/s in total (only 1.16x): the verify pass of 32 x 4 tokens
       reads every expert, so speculation pays less as the batch grows and the optimum moves to fewer steps.
     TP 1: NCCL settings and custom all-reduce change nothing.
-    Failures: fa3 with topk > 1 and --cuda-graph-max-bs >= 128 fails CUDA graph capture; steps*topk + draft > 40
+    Failures: flashinfer with topk > 1 and --cuda-graph-max-bs >= 128 fails CUDA graph capture; steps*topk + draft > 40
     runs out of memory; topk >= 4 with >= 5 steps crashes mid-serving (illegal memory access).
     """
     return Profile(
@@ -244,7 +244,8 @@ def glm47_flash_h200() -> Profile:
                   memory_pool=3.0, capture_prefill=32.0, capture_decode=10.0, capture_verify=8.0,
                   capture_draft_prefill=3.0, capture_draft_decode=9.0, capture_draft_extend=3.0, warmup=5.0),
         rules=(
-            Rule("cuda_graph", attention=("fa3",), topk_min=2, cgbs_min=128, why="fa3 tree graphs at large bs"),
+            Rule("cuda_graph", attention=("flashinfer",), topk_min=2, cgbs_min=128,
+                 why="flashinfer tree graphs at large bs"),
             Rule("crash_serving", topk_min=4, steps_min=5, why="deep topk-4 trees in the MLA verify kernel"),
         ),
     )
