@@ -82,6 +82,9 @@ SCHEDULES = {
     "base16": _lines_schedule(CHAT_A),
     "compl": _lines_schedule(COMPL_B),
     "eagle256": _eagle256_schedule(),
+    # a server that ignores stream_options.include_usage: no usage chunk before [DONE]
+    "nousage": [(t, b"".join(e + b"\n\n" for e in data.split(b"\n\n") if e and b'"usage":{' not in e))
+                for t, data in _lines_schedule(CHAT_B)],
 }
 FIRST_EVENT = CHAT_B["raw_body"].split("\n\n")[0] + "\n\n"
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
@@ -121,6 +124,8 @@ async def handle(request: Request) -> Response:
     scen = request.path_params["scenario"]
     path = "/" + request.path_params["rest"]
     request.app.state.seen.append((scen, path, await request.body() if request.method == "POST" else b""))
+    if scen == "hang":  # accepts the connection, never answers
+        await asyncio.sleep(30)
     if request.method == "GET":
         if path == "/v1/models":
             return _json(B["v1_models"]["body"])
@@ -137,6 +142,8 @@ async def handle(request: Request) -> Response:
         return Response("Internal Server Error", status_code=500, media_type="text/plain")
     if scen == "http400":
         return _json(ERR_400["body"], 400)
+    if scen == "notsse":  # the recorded non-streamed reply, as if the server ignored "stream": true
+        return _json(_endpoint(B, "POST", "/v1/chat/completions", lambda e: "body" in e and e["status"] == 200)["body"])
     return StreamingResponse(_hostile(scen), headers=SSE_HEADERS)
 
 
@@ -183,14 +190,14 @@ def test_eagle_recording_counts_tokens_from_usage_and_itl_per_token(server):
         assert len(r.itl_ms) == 255  # one value per token after the first, not one per chunk
         # the values add up to the time between the first and the last content chunk (0.2872 s recorded)
         assert sum(r.itl_ms) == pytest.approx(r.e2e_ms - r.ttft_ms, abs=15)
-        assert 15 < r.ttft_ms < 80  # recorded first chunk at 22.9 ms
+        assert 15 < r.ttft_ms < 250  # recorded first chunk at 22.9 ms (loose: the test machine is shared)
     assert res.tokens_per_chunk == pytest.approx(256 / 86)
     assert res.accept_length == 3.0  # internal_states[0].avg_spec_accept_length after the recorded benchmark
     # recorded chunk gaps are ~3.3 ms per verify step of 3 tokens: ~1.1 ms per token
-    assert 0.7 < res.itl_ms["p50"] < 2.0
+    assert 0.7 < res.itl_ms["p50"] < 3.0
     assert res.model == "/tmp/models/smollm2-135m"
     assert len(chunks_seen) == 1 and chunks_seen[0].tok_per_s == pytest.approx(res.tok_per_s)
-    assert 400 < res.tok_per_s < 1000  # recorded: 855 tok/s at concurrency 1
+    assert 200 < res.tok_per_s < 1000  # recorded: 855 tok/s at concurrency 1
     m = res.to_metrics()
     assert m["chunks_run"] == 1 and m["completed"] == 2 and m["accept_length"] == 3.0
     for k in ("tok_per_s", "requests_per_s", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_mean",
@@ -220,7 +227,7 @@ def test_short_recordings_chat_and_completions(server):
 
 @pytest.mark.parametrize("scenario, reason", [
     ("nonjson", "non_json"), ("truncated", "truncated"), ("broken", "truncated"), ("http500", "http_500"),
-    ("http400", "http_400"), ("stall", "stalled"), ("errevent", "server_error"),
+    ("http400", "http_400"), ("stall", "stalled"), ("errevent", "server_error"), ("notsse", "not_sse"),
 ])
 def test_hostile_replies_become_failed_requests(server, scenario, reason):
     url, _ = server
@@ -268,3 +275,18 @@ def test_runs_from_a_worker_thread(server):
     th.start()
     th.join(10)
     assert out["r"].completed == 4
+
+
+def test_server_without_usage_counts_one_token_per_chunk(server):
+    url, _ = server
+    res = run_benchmark(f"{url}/nousage", _wl())
+    assert res.failed == 0 and all(r.completion_tokens == 6 for c in res.chunks for r in c.records)
+
+
+def test_cancel_during_model_discovery_on_a_hung_server(server):
+    url, _ = server
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    t0 = time.perf_counter()
+    res = run_benchmark(f"{url}/hang", _wl(), cancel=cancel)  # every GET hangs: /v1/models never answers
+    assert time.perf_counter() - t0 < 1.5 and res.cancelled and res.chunks == []

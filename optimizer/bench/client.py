@@ -134,11 +134,26 @@ class _Runner:
         self.client: httpx.AsyncClient | None = None
 
     # ---- server facts -------------------------------------------------------------------------------------
-    async def _get_json(self, path: str):
+    async def _get(self, path: str, timeout_s: float = 10.0) -> httpx.Response | None:
+        """A GET that gives up on errors, after timeout_s, and within 0.1 s of a cancel."""
+        task = asyncio.ensure_future(self.client.get(self.base + path, timeout=timeout_s))
+        deadline = _perf() + timeout_s
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.1)
+            if (self.cancel is not None and self.cancel.is_set()) or _perf() > deadline:
+                self.cancelled = self.cancelled or (self.cancel is not None and self.cancel.is_set())
+                task.cancel()
+                break
         try:
-            r = await self.client.get(self.base + path, timeout=10.0)
-            return r.json() if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+            return await task
+        except (asyncio.CancelledError, httpx.HTTPError):
+            return None
+
+    async def _get_json(self, path: str):
+        r = await self._get(path)
+        try:
+            return r.json() if r is not None and r.status_code == 200 else None
+        except ValueError:
             return None
 
     async def discover_model(self) -> str:
@@ -170,11 +185,8 @@ class _Runner:
                 return None  # speculation is off: the key is absent on purpose
             break
         # Builds that moved the field: the Prometheus gauge (it reads 0 without speculation).
-        try:
-            r = await self.client.get(self.base + "/metrics", timeout=10.0)
-        except httpx.HTTPError:
-            return None
-        if r.status_code != 200:
+        r = await self._get("/metrics")
+        if r is None or r.status_code != 200:
             return None
         for line in r.text.splitlines():
             if line.startswith("sglang:spec_accept_length"):
