@@ -6,7 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-SECRET_KEY = re.compile(r"(token|passw|secret|api[_-]?key|credential|private[_-]?key|auth)", re.IGNORECASE)
+# Names like HF_TOKEN, api-key, DB_PASSWORD, aws_secret_access_key; not max-tokens or num-draft-tokens.
+SECRET_KEY = re.compile(
+    r"((^|[-_])(token|access[-_]?token|auth[-_]?token|api[-_]?key|apikey|secret|passwd|password|passphrase"
+    r"|credentials?|private[-_]?key)([-_]|$))|(secret|password)",
+    re.IGNORECASE,
+)
 SECRET_VALUE = re.compile(
     r"(-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"
     r"|\bhf_[A-Za-z0-9]{20,}\b|\bsk-[A-Za-z0-9_-]{20,}\b|\bgh[pousr]_[A-Za-z0-9]{20,}\b"

@@ -84,10 +84,15 @@ class StudyConfig(_Strict):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     sampler: SamplerConfig = Field(default_factory=SamplerConfig)
     pruner: PrunerConfig = Field(default_factory=PrunerConfig)
+    #: Parameter values to measure right after the baseline (e.g. today's production launch), in order.
+    initial: list[dict[str, Any]] = Field(default_factory=list)
     #: Launch a candidate equal (after SGLang's normalisation) to a measured one again? No by default.
     dedup: bool = True
     #: Check SGLang's start-up rules before launching (saves ~21 s of imports per bad candidate on real hosts).
     precheck: bool = True
+    #: How a configuration that cannot run is told to Optuna: as a constraint violation (the sampler learns to
+    #: avoid it) or as a plain FAIL (what a hand-written loop does; TPE then ignores it and may suggest it again).
+    infeasible_as: Literal["constraint", "fail"] = "constraint"
     gpu_sm: int = 90
 
     @property

@@ -213,14 +213,17 @@ class Driver:
         # The baseline is a trial without parameters (so the sampler never searches 'no speculation' unless the
         # space lists 'none'): asked first, before the sampler's first suggestion.
         self.baseline_due = self.space.model.baseline and not has_baseline
-        self.warm_due = not trials and self.cfg.sampler.name == "tpe"
+        self.warm_due = not trials
         if not self.baseline_due:
             self._enqueue_warm_start()
 
     def _enqueue_warm_start(self) -> None:
+        """The study's ``initial`` configurations, then SGLang's own default triple (TPE only)."""
         if self.warm_due:
             self.warm_due = False
-            warm = self._sglang_default_params()
+            for i, params in enumerate(self.cfg.initial):
+                self.study.enqueue_trial(dict(params), user_attrs={"warm_start": f"initial[{i}]"})
+            warm = self._sglang_default_params() if self.cfg.sampler.name == "tpe" else None
             if warm:
                 self.study.enqueue_trial(warm, user_attrs={"warm_start": "sglang auto default"})
 
@@ -236,7 +239,7 @@ class Driver:
         out[rules.ALGO] = choices[0]
         for name, value in ((rules.STEPS, steps), (rules.TOPK, topk), (rules.DRAFT, draft)):
             p = params.get(name)
-            if p is None:
+            if p is None or (name == rules.DRAFT and topk == 1):
                 continue
             if value not in p.values():
                 return None
@@ -457,6 +460,10 @@ class Driver:
         t.set_user_attr("failure_reason", reason[:2000])
         if result is not None and result.log_tail:
             t.set_user_attr("log_tail", result.log_tail[-3000:])
+        if self.cfg.infeasible_as == "fail":
+            self.study.tell(t, state=TrialState.FAIL)
+            self._after_tell(a)
+            return
         constraints = dict(checks or {})
         if not checks:
             constraints["server"] = 1.0
