@@ -35,7 +35,12 @@ LAYOUT = dict(template="plotly_white", height=430, margin=dict(l=60, r=30, t=80,
 
 def _study_view(study: optuna.Study, trials: list[FrozenTrial]) -> optuna.Study:
     """An in-memory study holding ``trials`` only, for optuna.visualization's plots."""
-    view = optuna.create_study(direction=study.direction, study_name=f"{study.study_name}-view")
+    old = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created in memory" line
+    try:
+        view = optuna.create_study(direction=study.direction, study_name=f"{study.study_name}-view")
+    finally:
+        optuna.logging.set_verbosity(old)
     view.add_trials(trials)
     return view
 

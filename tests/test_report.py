@@ -50,6 +50,10 @@ def test_report_command_renders_offline_in_chromium(tmp_path: Path) -> None:
     assert "#4 pruned" in dom  # the pruned trial is marked on the intermediate values
     png = screenshot(path.as_uri(), "report.png", size="1400,1000", budget_ms=15000)
     assert distinct_colours(png) > 1000, f"{png} looks blank"
+    # the check tells a blank page apart: an empty page has a colour or two
+    blank = tmp_path / "blank.html"
+    blank.write_text("<!DOCTYPE html><html><body></body></html>")
+    assert distinct_colours(screenshot(blank.as_uri(), "blank.png", size="400,300", budget_ms=1000)) < 5
 
 
 def test_report_for_studies_with_little_or_nothing(tmp_path: Path) -> None:
