@@ -95,3 +95,20 @@ def test_client_ceiling_script_runs_against_the_simulator():
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["server"] == "sim" and res["completed"] == 8 and res["failed"] == 0 and res["tok_per_s"] > 0
+
+
+def test_bench_cli_against_the_simulator(tmp_path):
+    import json
+
+    (tmp_path / "w.yaml").write_text("concurrency: 2\nmax_tokens: 16\nchunks: 1\nrequests_per_chunk: 2\n"
+                                     "categories: [code]\n")
+    proc, url = _start_sim([])
+    try:
+        out = subprocess.run([sys.executable, "-m", "optimizer.bench", url, "--workload", str(tmp_path / "w.yaml"),
+                              "--warmup-requests", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        _stop(proc)
+    assert out.returncode == 0, out.stderr[-2000:]
+    m = json.loads(out.stdout)
+    assert m["completed"] == 2 and m["failed"] == 0 and m["chunks_run"] == 1 and m["tok_per_s"] > 0
+    assert "chunk 0:" in out.stderr

@@ -58,13 +58,17 @@ class Workload(pydantic.BaseModel):
         try:
             return cls.model_validate(data)
         except pydantic.ValidationError as e:
-            err = e.errors()[0]
-            key = ".".join(str(p) for p in err.get("loc", ())) or None
-            if err.get("type") == "extra_forbidden":
-                msg = f"unknown field; allowed: {', '.join(sorted(cls.model_fields))}"
-            else:
-                msg = err.get("msg", str(e))
-            raise ConfigError(msg, file=file, key=key) from None
+            errs = e.errors()
+            key = ".".join(str(p) for p in errs[0].get("loc", ())) or None
+            msgs = []
+            for err in errs:
+                where = ".".join(str(p) for p in err.get("loc", ()))
+                if err.get("type") == "extra_forbidden":
+                    msg = f"unknown field; allowed: {', '.join(sorted(cls.model_fields))}"
+                else:
+                    msg = err.get("msg", "invalid")
+                msgs.append(msg if where == key else f"{where}: {msg}")
+            raise ConfigError("; ".join(msgs), file=file, key=key) from None
 
 
 @dataclass(frozen=True)
