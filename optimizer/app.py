@@ -28,6 +28,15 @@ def open_existing(cfg: StudyConfig) -> optuna.Study:
         raise ConfigError(f"study {cfg.study!r} not found in {storage_url}", key="study") from None
 
 
+def read_hosts(path: str | Path) -> list:
+    """``load_hosts``, with a file that is not UTF-8 text reported as a ConfigError (not a traceback)."""
+    try:
+        return load_hosts(path)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot be read (not UTF-8 text: {exc.reason} at byte {exc.start})",
+                          file=str(path)) from None
+
+
 def make_progress(plain: bool) -> Any:
     from .study import Progress
 
@@ -46,7 +55,7 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
     from .study import Driver
 
     space = load_space(cfg.space)
-    hosts = load_hosts(cfg.hosts) if cfg.hosts else [local_host()]
+    hosts = read_hosts(cfg.hosts) if cfg.hosts else [local_host()]
     cfg.study_dir.mkdir(parents=True, exist_ok=True)
     if executor == "ray":
         from .executors import RayExecutor
