@@ -73,15 +73,17 @@ class Sim:
 
     def wait_ready(self, timeout: float = 20.0) -> "Sim":
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"simulator exited {self.proc.returncode}:\n{self.log()[-3000:]}")
-            try:
-                if httpx.get(self.base + "/health", timeout=5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.02)
+        with httpx.Client(timeout=5) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"simulator exited {self.proc.returncode}:\n{self.log()[-3000:]}")
+                if self.port_open():
+                    try:
+                        if client.get(self.base + "/health").status_code == 200:
+                            return self
+                    except httpx.HTTPError:
+                        pass
+                time.sleep(0.02)
         raise AssertionError(f"simulator not ready after {timeout}s:\n{self.log()[-3000:]}")
 
     def wait_exit(self, timeout: float = 20.0) -> int:

@@ -233,6 +233,8 @@ async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
         log("The server is fired up and ready to roll!")
 
     ph_warmup = dict(phases).get("warmup", 0.0)
+    if skip_warmup:
+        state.ready = True  # no 503 phase: connection refused, then 200
     warm = asyncio.ensure_future(warmup())
     try:
         await server.serve()

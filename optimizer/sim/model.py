@@ -418,7 +418,9 @@ class Profile:
         crash = hit("crash_serving")
         limit_broken = triple is not None and algo in rules.EAGLE_FAMILY and not rules.runtime_limit_ok(*triple)
         if crash or limit_broken:
-            n = 1 if limit_broken else 3 + _key_hash(self.name, sorted(_norm_items(flags)), sorted(env.items())) % 40
+            # deterministic per configuration (what SGLang runs: algorithm, tree, backend, NCCL), not per path
+            key = (self.name, algo, triple, r["attn"], r["cgbs"], sorted(env.items()))
+            n = 1 if limit_broken else 3 + _key_hash(*key) % 40
             return "crash_serving", CRASH_MESSAGE, n, warnings
         return None, "", None, warnings
 
