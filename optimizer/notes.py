@@ -125,6 +125,34 @@ def _code(text: str, lang: str = "text") -> list[str]:
     return [fence + lang, text.rstrip("\n"), fence, ""]
 
 
+_REQUEST_LINE = re.compile(r'"(?:GET|POST|PUT|DELETE|HEAD) [^"]*HTTP/[0-9.]+" \d{3}')
+
+
+def tidy_tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
+    """The end of a server log for a note: no cut-off first line, runs of HTTP access lines collapsed."""
+    text = text[-limit:]
+    if len(text) >= limit and "\n" in text:
+        text = text.split("\n", 1)[1]  # the first line was cut by the driver's truncation
+    out: list[str] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) > 2:
+            out.extend([run[0], f"[... {len(run) - 2} more request lines ...]", run[-1]])
+        else:
+            out.extend(run)
+        run.clear()
+
+    for line in text.split("\n"):
+        if _REQUEST_LINE.search(line):
+            run.append(line)
+        else:
+            flush()
+            out.append(line)
+    flush()
+    return "\n".join(out)
+
+
 def outcome(frozen: FrozenTrial) -> str:
     return str(frozen.user_attrs.get("outcome") or frozen.state.name.lower())
 
@@ -161,11 +189,16 @@ def note_markdown(frozen: FrozenTrial, *, baseline_tok_per_s: float | None = Non
     value = ua.get("tok_per_s")
     if value is None and oc == "complete" and frozen.value is not None:
         value = frozen.value
-    if isinstance(value, (int, float)) and oc in ("complete", "duplicate") and baseline_tok_per_s:
+    if isinstance(value, (int, float)) and oc in ("complete", "duplicate") and baseline_tok_per_s \
+            and not ua.get("baseline"):
         gain = value / baseline_tok_per_s - 1.0
         lines += [f"**{value:.1f} tok/s**, {gain:+.1%} against the baseline ({baseline_tok_per_s:.1f} tok/s)", ""]
-    elif isinstance(value, (int, float)):
+    elif isinstance(value, (int, float)) and oc in ("complete", "duplicate"):
         lines += [f"**{value:.1f} tok/s**", ""]
+    elif isinstance(value, (int, float)):
+        chunks = ua.get("chunks_run")
+        lines += [f"Measured {value:.1f} tok/s" + (f" over {chunks} chunk(s)" if chunks else "")
+                  + f" before it stopped ({oc}); not a result.", ""]
     if ua.get("duplicate_of") is not None:
         lines += [f"Duplicate of trial {ua['duplicate_of']} after SGLang's normalisation: not launched again.", ""]
 
@@ -177,14 +210,16 @@ def note_markdown(frozen: FrozenTrial, *, baseline_tok_per_s: float | None = Non
         if ua.get("failure_reason"):
             lines += [redact_log(str(ua["failure_reason"])), ""]
         if ua.get("log_tail"):
-            lines += ["Server log (tail):", ""] + _code(redact_log(str(ua["log_tail"])[-LOG_TAIL_CHARS:]))
+            lines += ["Server log (tail):", ""] + _code(redact_log(tidy_tail(str(ua["log_tail"]))))
     if oc == "pruned" or ua.get("pruned_at_chunk") is not None:
         at = ua.get("pruned_at_chunk")
         lines += [f"Pruned{f' after chunk {at}' if at is not None else ''}: its chunks were slower than the "
                   "trials it was compared with.", ""]
 
     constraints = {k[len("constraint:"):]: v for k, v in ua.items() if k.startswith("constraint:")}
-    if constraints:
+    if constraints and all(isinstance(v, (int, float)) and v <= 0 for v in constraints.values()):
+        lines += ["Constraints satisfied: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(constraints.items())), ""]
+    elif constraints:
         lines += ["### Constraints", "", "(positive = violated)", ""]
         lines += _table(("constraint", "value"), sorted(constraints.items()))
 
