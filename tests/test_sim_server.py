@@ -43,6 +43,7 @@ def test_model_info(eagle) -> None:
 
 
 def test_server_info(eagle, baseline) -> None:
+    httpx.post(eagle.base + "/generate", json={"text": "hi", "sampling_params": {"max_new_tokens": 16}}, timeout=30)
     a = httpx.get(eagle.base + "/get_server_info").json()
     b = httpx.get(eagle.base + "/server_info").json()
     assert set(a) == set(b) and a["version"] == "0.5.17" and a["status"] == "ready"

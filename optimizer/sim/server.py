@@ -130,9 +130,10 @@ def build_app(st: State) -> Starlette:
 
     def server_args() -> dict:
         args = dict(recorded.SERVER_ARGS)
+        renamed = {"cuda_graph_max_bs": "cuda_graph_max_bs_decode"}  # 0.5.17 reports the new name
         for key, value in st.flags.items():
             k = key.replace("-", "_")
-            args[k] = value
+            args[renamed.get(k, k)] = value
         r = eng.resolved
         args.update(
             model_path=st.model_path,
@@ -142,8 +143,8 @@ def build_app(st: State) -> Starlette:
             tp_size=st.profile.tp_size if "tp-size" not in st.flags else int(st.flags["tp-size"]),
             attention_backend=r["attn"],
             mem_fraction_static=r["mfs"],
-            cuda_graph_max_bs=r["cgbs"],
-            max_running_requests=r["max_running"],
+            cuda_graph_max_bs_decode=r["cgbs"],
+            max_running_requests=r["max_running"] if (eng.spec or "max-running-requests" in st.flags) else None,
             disable_custom_all_reduce=bool(r["car_disabled"]),
             enable_metrics=bool(st.flags.get("enable-metrics")),
             skip_server_warmup=bool(st.flags.get("skip-server-warmup")),
@@ -173,8 +174,16 @@ def build_app(st: State) -> Starlette:
             "draft_decode": ph.get("capture_draft_decode", 0.0),
             "draft_extend": ph.get("capture_draft_extend", 0.0),
         }
+        startup_time = {
+            "load_weight": ph.get("load_weights", 0.0),
+            "kv_cache_allocation": ph.get("memory_pool", 0.0),
+            "scheduler_e2e": sum(v for k, v in ph.items() if k not in ("imports", "server_args", "warmup")),
+            "cuda_graph": cuda_graph,
+            "tokenizer_e2e": sum(v for k, v in ph.items() if k != "warmup"),
+        }
         internal = dict(args)
         internal.update(
+            startup_time=startup_time,
             _declarations_materialized=True,
             _resolved_overrides=[],
             max_speculative_num_draft_tokens=eng.triple[2] if eng.spec else None,
@@ -189,20 +198,14 @@ def build_app(st: State) -> Starlette:
             _mx_config_cache={},
             _quantization_explicitly_unset=False,
         )
-        if eng.spec:
+        if eng.spec and eng.verify_calls:  # as recorded: present once a verify step has run
             internal["avg_spec_accept_length"] = eng.avg_accept_length
         info = dict(args)
         info.update(
             status="ready" if st.ready else "starting",
             max_total_num_tokens=st.profile.max_total_num_tokens,
             max_req_input_len=st.profile.context_len - 6,
-            startup_time={
-                "load_weight": ph.get("load_weights", 0.0),
-                "kv_cache_allocation": ph.get("memory_pool", 0.0),
-                "scheduler_e2e": sum(v for k, v in ph.items() if k not in ("imports", "server_args", "warmup")),
-                "cuda_graph": cuda_graph,
-                "tokenizer_e2e": sum(v for k, v in ph.items() if k != "warmup"),
-            },
+            startup_time=startup_time,
             internal_states=[internal],
             version="0.5.17",
             kv_events=None,
