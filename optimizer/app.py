@@ -69,6 +69,9 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
     t0 = time.time()
     try:
         study = driver.run()
+    except KeyboardInterrupt:
+        print("forced stop: servers killed, running trials recorded as interrupted (re-queued on resume)")
+        return 130
     finally:
         ex.shutdown()
     summary = export_study(study, cfg.study_dir)

@@ -26,6 +26,20 @@ def _safe_run(host: Any, spec: TrialSpec, emit: Any, controls: Controls) -> Tria
                            reason=f"{type(exc).__name__}: {exc}", log_tail=traceback.format_exc()[-3000:])
 
 
+def _kill_current(host: Any) -> None:
+    """Kill the server a host runs right now, at once (a forced stop: a second Ctrl-C)."""
+    cur = getattr(host, "_current", None)
+    if cur is None or getattr(cur, "_stopped", False):
+        return
+    from .hosts import _proc
+    from .hosts.local import LocalHost
+
+    if isinstance(host, LocalHost):
+        _proc.stop_group(int(cur.pgid), 0.0)  # no lock: the trial's own stop() may hold it
+        return
+    cur.stop(0.0)
+
+
 class ThreadExecutor:
     """Runs each trial in a thread of this process. For one machine without Ray, and for GPU hosts where the Ray
     wheel cannot be brought."""
@@ -58,6 +72,13 @@ class ThreadExecutor:
     def cancel_all(self) -> None:
         for c in self.controls.values():
             c.cancel.set()
+
+    def kill_servers(self, timeout_s: float = 10.0) -> None:
+        ths = [threading.Thread(target=_kill_current, args=(h,), daemon=True) for h in self.hosts.values()]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(timeout_s)
 
     def reap_orphans(self) -> dict[str, list[int]]:
         out = {}
@@ -173,6 +194,12 @@ class RayExecutor:
             except Exception:  # noqa: BLE001
                 pass
 
+    def kill_servers(self, timeout_s: float = 10.0) -> None:
+        try:
+            self.ray.get([a.kill_server.remote() for a in self.actors.values()], timeout=timeout_s)
+        except Exception:  # noqa: BLE001 - a forced stop does what it can
+            pass
+
     def reap_orphans(self) -> dict[str, list[int]]:
         refs = {name: a.reap_orphans.remote() for name, a in self.actors.items()}
         out = {}
@@ -234,6 +261,9 @@ class HostActor:
 
     def reap_orphans(self) -> list[int]:
         return self.host.reap_orphans()
+
+    def kill_server(self) -> None:
+        _kill_current(self.host)
 
     def close(self) -> None:
         self.host.close()

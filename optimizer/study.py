@@ -257,11 +257,31 @@ class Driver:
             old = None  # not the main thread
         try:
             self._loop()
+        except KeyboardInterrupt:
+            self.force_stop()
+            raise
         finally:
             if old is not None:
                 signal.signal(signal.SIGINT, old)
             self.progress.stop(self)
         return self.study
+
+    def force_stop(self) -> None:
+        """A second Ctrl-C: kill the servers now; record running trials as interrupted and re-queue them (as the
+        next run would for a driver that died)."""
+        self.stopping = True
+        kill = getattr(self.executor, "kill_servers", None)
+        if kill is not None:
+            kill()
+        for a in [*self.active.values(), *self.pending]:
+            t = a.trial
+            if not a.spec.protected and t.params and not t.user_attrs.get("requeued_from"):
+                self.study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
+            t.set_user_attr("outcome", "interrupted")
+            t.set_user_attr("failure_reason", "forced stop (second Ctrl-C) while this trial ran; re-queued")
+            self.study.tell(t, state=TrialState.FAIL, skip_if_finished=True)
+        self.active.clear()
+        self.pending.clear()
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         self.interrupts += 1
