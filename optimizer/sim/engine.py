@@ -29,6 +29,7 @@ WORDS = [
     " ideas", " about", " it", " today",
 ]
 N_WORDS = len(WORDS)
+JOIN_FRACTION = 0.25  # a request arriving within this fraction of a step joins the step in flight
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 _CODE = ("def ", "function", "python", "code", "class ", "implement", "```", "program", "javascript", "compile",
@@ -148,6 +149,9 @@ class Engine:
         self.ttft_sum = 0.0
         self.e2e_sum = 0.0
         self.crashed = False
+        self._in_step = False
+        self._step_start = 0.0
+        self._step_dt = 0.0
 
     # ------------------------------------------------------------------ model
     def cycle_s(self, b: int) -> float:
@@ -172,6 +176,13 @@ class Engine:
             req.finished_at = time.time()
             req.chan.put((0, 0, True))
             self._complete(req)
+            return
+        # Continuous batching: a request arriving early in a step rides along with it (its prefill is mixed into
+        # the step); later arrivals join at the next step boundary.
+        if (self._in_step and not self.waiting and len(self.running) < self.max_running
+                and asyncio.get_running_loop().time() - self._step_start <= JOIN_FRACTION * self._step_dt):
+            self.waiting.append(req)
+            self._admit(time.time())
             return
         self.waiting.append(req)
         self.wake.set()
@@ -243,10 +254,12 @@ class Engine:
             next_t += dt
             delay = next_t - now
             turn += 1
+            self._in_step, self._step_start, self._step_dt = True, now, dt
             if delay > 0:
                 await asyncio.sleep(delay)
             elif turn % steps_per_turn == 0:
                 await asyncio.sleep(0)
+            self._in_step = False
             still: list[Request] = []
             produced = 0
             for req in self.running:
