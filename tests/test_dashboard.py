@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from test_report_study import SECRET, build_study, distinct_colours, dump_dom, screenshot
+from test_report_study import SECRET, build_study, distinct_colours, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,14 +109,12 @@ def test_dashboard_renders_in_chromium(dashboard: tuple[str, Path]) -> None:
     url, _ = dashboard
     sid, detail = _study(url)
     page = f"{url}/dashboard/studies/{sid}"
-    dom = dump_dom(page, budget_ms=15000)
+    dom, png = open_page(page, "dashboard.png", budget_ms=15000)
     assert dom.count('class="main-svg"') >= 2, "the dashboard's plots did not render"
-    png = screenshot(page, "dashboard.png", budget_ms=15000)
     assert distinct_colours(png) > 200, f"{png} looks blank"
 
     number = 2
     trial_page = f"{url}/dashboard/studies/{sid}/trials?numbers={number}"
-    dom = dump_dom(trial_page, budget_ms=15000)
+    dom, png = open_page(trial_page, "dashboard-trial.png", budget_ms=15000)
     assert "Why it failed" in dom and "CUDA graph capture failed" in dom, "the trial's note did not render"
-    png = screenshot(trial_page, "dashboard-trial.png", budget_ms=15000)
     assert distinct_colours(png) > 100, f"{png} looks blank"

@@ -24,8 +24,8 @@ from test_report_study import build_study
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _driver(tmp_path: Path) -> Driver:
-    study, cfg = build_study(tmp_path)
+def _driver(tmp_path: Path, n: int | None = None) -> Driver:
+    study, cfg = build_study(tmp_path, n=n)
     cfg = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"trials": 20})})
     space = load_space(ROOT / "search_spaces" / "demo.yaml")
     driver = Driver(cfg, space, [local_host("gpu-a"), local_host("gpu-b")], executor=None, study=study)
@@ -87,7 +87,7 @@ def test_rich_progress_shows_hosts_best_gain_trials_and_eta(tmp_path: Path) -> N
 
 
 def test_refresh_is_capped_at_four_per_second(tmp_path: Path) -> None:
-    driver = _driver(tmp_path)
+    driver = _driver(tmp_path, n=2)
     prog = RichProgress(_console(), refresh_per_second=50)
     assert prog.refresh_per_second == MAX_REFRESH_PER_SECOND == 4
     calls = []

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from optimizer.report import FIGURES, render_figures, write_report
 from optimizer.study import open_storage
-from test_report_study import SECRET, build_study, distinct_colours, dump_dom, screenshot
+from test_report_study import SECRET, build_study, distinct_colours, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,19 +41,19 @@ def test_report_command_renders_offline_in_chromium(tmp_path: Path) -> None:
     assert "pruned after chunk 1" in doc and "CUDA graph capture failed" in doc
 
     # a real browser renders every plot (plotly draws one .main-svg per figure, plus overlays)
-    dom = dump_dom(path.as_uri(), budget_ms=15000)
+    dom, png = open_page(path.as_uri(), "report.png", budget_ms=15000)
     assert dom.count('class="main-svg"') >= len(FIGURES), dom[:2000]
     for key, _, _ in FIGURES:
         block = dom[dom.index(f'id="fig-{key}"'):]
         assert 'class="main-svg"' in block[:200000], f"plot {key} did not render"
     assert "baseline (no speculation)" in dom  # the baseline line on the history
     assert "#4 pruned" in dom  # the pruned trial is marked on the intermediate values
-    png = screenshot(path.as_uri(), "report.png", size="1400,1000", budget_ms=15000)
     assert distinct_colours(png) > 1000, f"{png} looks blank"
     # the check tells a blank page apart: an empty page has a colour or two
     blank = tmp_path / "blank.html"
     blank.write_text("<!DOCTYPE html><html><body></body></html>")
-    assert distinct_colours(screenshot(blank.as_uri(), "blank.png", size="400,300", budget_ms=1000)) < 5
+    dom, png = open_page(blank.as_uri(), "blank.png", size="400,300", budget_ms=500)
+    assert "main-svg" not in dom and distinct_colours(png) < 5
 
 
 def test_report_for_studies_with_little_or_nothing(tmp_path: Path) -> None:

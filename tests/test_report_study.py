@@ -256,19 +256,6 @@ def run_chromium(url: str, *args: str, timeout: float = 120.0) -> str:
     return proc.stdout
 
 
-def screenshot(url: str, name: str, *, size: str = "1400,1000", budget_ms: int = 10000) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    out = SCREENSHOTS / name
-    out.unlink(missing_ok=True)
-    run_chromium(url, f"--screenshot={out}", f"--window-size={size}", f"--virtual-time-budget={budget_ms}")
-    assert out.is_file() and out.stat().st_size > 0, f"chromium wrote no screenshot for {url}"
-    return out
-
-
-def dump_dom(url: str, *, budget_ms: int = 10000, size: str = "1400,1000") -> str:
-    return run_chromium(url, "--dump-dom", f"--window-size={size}", f"--virtual-time-budget={budget_ms}")
-
-
 def png_pixels(path: Path) -> "Any":
     """Decode an 8-bit non-interlaced PNG (what Chromium writes) into an (h, w, channels) uint8 array."""
     import struct
@@ -321,3 +308,14 @@ def distinct_colours(path: Path) -> int:
 
     px = png_pixels(path)[:, :, :3].reshape(-1, 3).astype(np.uint32)
     return int(np.unique((px[:, 0] << 16) | (px[:, 1] << 8) | px[:, 2]).size)
+
+
+def open_page(url: str, name: str, *, size: str = "1400,1000", budget_ms: int = 10000) -> tuple[str, Path]:
+    """One Chromium run: the rendered DOM (after ``budget_ms`` of virtual time) and a screenshot of the page."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    out = SCREENSHOTS / name
+    out.unlink(missing_ok=True)
+    dom = run_chromium(url, "--dump-dom", f"--screenshot={out}", f"--window-size={size}",
+                       f"--virtual-time-budget={budget_ms}")
+    assert out.is_file() and out.stat().st_size > 0, f"chromium wrote no screenshot for {url}"
+    return dom, out
