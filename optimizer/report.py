@@ -38,7 +38,7 @@ def _study_view(study: optuna.Study, trials: list[FrozenTrial]) -> optuna.Study:
     old = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created in memory" line
     try:
-        view = optuna.create_study(direction=study.direction, study_name=f"{study.study_name}-view")
+        view = optuna.create_study(directions=study.directions, study_name=f"{study.study_name}-view")
     finally:
         optuna.logging.set_verbosity(old)
     view.add_trials(trials)
