@@ -57,6 +57,10 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
     space = load_space(cfg.space)
     hosts = read_hosts(cfg.hosts) if cfg.hosts else [local_host()]
     cfg.study_dir.mkdir(parents=True, exist_ok=True)
+    from .study import claim_study
+
+    for note in claim_study(cfg):
+        print(note)
     if executor == "ray":
         from .executors import RayExecutor
 

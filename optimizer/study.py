@@ -51,6 +51,47 @@ def open_storage(url: str) -> Any:
     return JournalStorage(JournalFileBackend(str(path)))
 
 
+def claim_study(cfg: StudyConfig) -> list[str]:
+    """One driver per study. Refuse to run a study another live driver on this machine runs (it would reap that
+    driver's servers); when the previous driver is dead (e.g. SIGKILLed while it wrote to the journal), remove
+    the journal lock it may have left, which would otherwise stall every write for Optuna's 30 s grace period.
+    Returns notes on what was cleaned up."""
+    import socket
+
+    from .errors import OptimizerError
+    from .hosts import _proc
+
+    path = cfg.study_dir / "driver.json"
+    me = {"pid": os.getpid(), "start_time": _proc.start_time(os.getpid()), "boot_id": _proc.boot_id(),
+          "hostname": socket.gethostname()}
+    try:
+        prev = json.loads(path.read_text())
+        if not isinstance(prev, dict):
+            prev = None
+    except (OSError, ValueError):
+        prev = None
+    notes: list[str] = []
+    same_machine = prev is not None and prev.get("hostname") == me["hostname"] and prev.get("boot_id") == me["boot_id"]
+    if prev is not None and not same_machine:
+        return notes  # the study's last driver ran elsewhere: its liveness (and the lock) cannot be judged here
+    if prev is not None:
+        try:
+            pid = int(prev["pid"])
+        except (KeyError, TypeError, ValueError):
+            pid = -1
+        if pid > 0 and pid != me["pid"] and prev.get("start_time") is not None \
+                and _proc.start_time(pid) == prev.get("start_time"):
+            raise OptimizerError(f"study {cfg.study!r} is being run by another driver (pid {pid}); stop it first "
+                                 f"or use another --study")
+    if "://" not in cfg.storage_url:
+        lock = Path(cfg.storage_url + ".lock")
+        if os.path.lexists(lock):
+            lock.unlink(missing_ok=True)
+            notes.append(f"removed the journal lock {lock} a dead driver left")
+    write_json(path, me)
+    return notes
+
+
 def make_sampler(cfg: StudyConfig) -> optuna.samplers.BaseSampler:
     s = cfg.sampler
     if s.name == "random":
