@@ -231,18 +231,22 @@ class Driver:
             study.set_user_attr("workload", self.cfg.workload.model_dump(mode="json"))
             study.set_user_attr("created", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         requeued = 0
+        # Re-queue before marking FAIL, and never twice: a driver killed in between leaves a RUNNING trial whose
+        # re-queued copy already exists, and the next run only marks it.
+        already = {t.user_attrs.get("requeued_from") for t in study.get_trials(deepcopy=False)}
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if t.number in self.active:
                 continue
+            if t.user_attrs.get(BASELINE_ATTR):
+                requeued += 1  # asked again below: the baseline has no parameters to enqueue
+            elif t.params and not t.user_attrs.get("requeued_from"):
+                if t.number not in already:
+                    study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
+                requeued += 1
             trial = optuna.Trial(study, t._trial_id)
             trial.set_user_attr("outcome", "interrupted")
             trial.set_user_attr("failure_reason", "the driver stopped while this trial ran; re-queued")
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            if t.user_attrs.get(BASELINE_ATTR):
-                requeued += 1  # asked again below: the baseline has no parameters to enqueue
-            elif t.params and not t.user_attrs.get("requeued_from"):
-                study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
-                requeued += 1
         if requeued:
             self.progress.note(self, f"resumed: {requeued} interrupted trial(s) re-queued")
         reaped = self.executor.reap_orphans()
