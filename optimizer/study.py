@@ -30,6 +30,7 @@ from .candidate import Candidate
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .hosts.config import HostConfig
 from .pruning import BASELINE_ATTR, make_pruner
+from .redact import redact_mapping, redact_text
 from .settings import StudyConfig
 from .space import NONE_ALGO, SearchSpace
 from .trial import TrialSpec
@@ -226,7 +227,7 @@ class Driver:
         attrs = study.user_attrs
         if "optimizer_version" not in attrs:
             study.set_user_attr("optimizer_version", __version__)
-            study.set_user_attr("server_command", " ".join(self.cfg.server.command))
+            study.set_user_attr("server_command", redact_text(" ".join(self.cfg.server.command)))
             study.set_user_attr("space", self.cfg.space)
             study.set_user_attr("workload", self.cfg.workload.model_dump(mode="json"))
             study.set_user_attr("created", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -396,8 +397,8 @@ class Driver:
         key = cand.key(architecture=self.arch)
         trial.set_user_attr("config", self.space.describe(cand))
         trial.set_user_attr("candidate_key", key)
-        trial.set_user_attr("flags", dict(cand.flags))
-        trial.set_user_attr("env", dict(cand.env))
+        trial.set_user_attr("flags", redact_mapping(dict(cand.flags)))
+        trial.set_user_attr("env", redact_mapping(dict(cand.env)))
         if cand.is_baseline:
             trial.set_user_attr(BASELINE_ATTR, True)
         number = trial.number

@@ -1,0 +1,213 @@
+"""`make bench`: the efficiency benchmark. Prints a table and writes studies/bench/results.json.
+
+    python -m bench.run                 # everything (about 15 minutes on 2 cores)
+    python -m bench.run --seeds 5       # fewer seeds for the strategy comparison
+    python -m bench.run --only strategies,loop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "studies" / "bench" / "results.json"
+SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e")
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.strategies import compare
+
+    return compare(seeds=args.seeds, log=log)
+
+
+def section_loop(work: Path) -> dict[str, Any]:
+    from bench.loop import crash_overhead, orchestration_overhead, readiness_overhead
+
+    out = {"readiness": readiness_overhead(work), "crash": crash_overhead(work)}
+    log(f"  readiness noticed {out['readiness']['mean_s']:.3f} s after /health turned 200 "
+        f"(max {out['readiness']['max_s']:.3f})")
+    log(f"  crash noticed {out['crash']['mean_s']:.3f} s after the fatal line (max {out['crash']['max_s']:.3f})")
+    out["orchestration"] = orchestration_overhead(work)
+    log(f"  orchestration {out['orchestration']['per_trial_s']:.2f} s per trial")
+    return out
+
+
+def section_hosts(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from bench.loop import trials_per_hour
+    from bench.strategies import space_for, truth, run_driver
+
+    measured = trials_per_hour(work)
+    for n, v in measured.items():
+        log(f"  {n} host(s): {v['trials_per_hour']:.0f} trials/h measured on time-scaled simulators "
+            f"(x{v['speedup']:.2f})")
+    # With real boot times (Kimi profile, 10-15 min restarts): the same driver on the model's clock.
+    prof = "kimi-k2.5-8x-rtxpro6000"
+    space = space_for(prof)
+    tr = truth(prof, space, 1)
+    model = {}
+    for n in (1, 2, 4):
+        r = run_driver(prof, 1, "ours", 0, 40, space, tr, hosts=n)
+        model[str(n)] = {"trials_per_hour": 3600 * r["launches"] / r["clock_s"], "launches": r["launches"]}
+    for v in model.values():
+        v["speedup"] = v["trials_per_hour"] / model["1"]["trials_per_hour"]
+    for n, v in model.items():
+        log(f"  {n} host(s): {v['trials_per_hour']:.2f} trials/h at the profile's real boot times (x{v['speedup']:.2f})")
+    return {"measured": measured, "model_clock": model}
+
+
+def section_client() -> dict[str, Any]:
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / "client_ceiling.py"), "--json"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+    data = json.loads(line[-1]) if line else {"error": res.stderr[-2000:]}
+    log(f"  client ceiling: {json.dumps(data)[:300]}")
+    return data
+
+
+def section_accuracy(args: argparse.Namespace) -> dict[str, Any]:
+    res = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_accuracy.py"), "--seconds",
+                          str(args.accuracy_seconds)], capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    rows = [ln for ln in res.stdout.splitlines() if "truth" in ln or "worst" in ln]
+    for ln in rows:
+        log("  " + ln)
+    return {"lines": rows, "seconds": args.accuracy_seconds, "rc": res.returncode}
+
+
+def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """A smaller run through real simulator processes, checked against the in-process model run."""
+    from bench.loop import run_study
+    from bench.strategies import truth, space_for
+    from optimizer.space import load_space
+
+    prof = "llama-3.1-8b-h100"
+    space = load_space(ROOT / "search_spaces" / "demo.yaml")
+    workload = {"max_tokens": 64, "chunks": 4, "requests_per_chunk": 2, "warmup_requests": 1}
+    out = []
+    import optuna
+    from optimizer.simexec import ModelExecutor
+    from optimizer.hosts.config import local_host
+    from optimizer.settings import parse_study
+    from optimizer.study import Driver, Progress, best_trial
+
+    tr = truth(prof, space, 1)
+    for seed in range(args.e2e_seeds):
+        real = run_study(work, f"e2e{seed}", 1, args.e2e_trials, executor="thread", profile=prof, seed=seed,
+                         pruner="ratio", workload=workload)
+        rb = best_trial(real["study"])
+        cfg = parse_study({"study": "m", "budget": {"trials": args.e2e_trials}, "workload": workload,
+                           "sampler": {"seed": seed}}, "bench")
+        study = optuna.create_study(direction="maximize")
+        from bench.strategies import make_sampler, make_pruner
+        study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg), pruner=make_pruner("ratio"))
+        ex = ModelExecutor(prof, ["h0"], cfg.workload, seed=seed)
+        Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
+        mb = best_trial(study)
+        row = {"seed": seed,
+               "real_best_true_frac": tr["values"].get(rb.user_attrs["candidate_key"], 0) / tr["optimum"],
+               "model_best_true_frac": tr["values"].get(mb.user_attrs["candidate_key"], 0) / tr["optimum"],
+               "real_outcomes": _counts(real["study"]), "model_outcomes": _counts(study),
+               "real_wall_s": real["wall_s"]}
+        log(f"  seed {seed}: best found {row['real_best_true_frac']:.1%} of optimum through processes, "
+            f"{row['model_best_true_frac']:.1%} in-process; outcomes {row['real_outcomes']} vs {row['model_outcomes']}")
+        out.append(row)
+    return {"profile": prof, "space": "search_spaces/demo.yaml", "trials": args.e2e_trials, "runs": out}
+
+
+def _counts(study: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for t in study.get_trials():
+        k = t.user_attrs.get("outcome", t.state.name.lower())
+        out[k] = out.get(k, 0) + 1
+    return out
+
+
+def print_table(results: dict[str, Any]) -> None:
+    s = results.get("strategies")
+    if s:
+        log("\nRestarts to 98% of the true optimum (median / p90 over %d seeds; censored at the budget)" % s["seeds"])
+        log(f"{'profile':28s} {'conc':>4s} {'strategy':10s} {'median':>7s} {'p90':>7s} {'reached':>8s} "
+            f"{'wall h':>7s} {'prune saved':>11s} {'opt pruned':>10s}")
+        for row in s["scenarios"]:
+            for name, v in row["strategies"].items():
+                log(f"{row['profile']:28s} {row['concurrency']:4d} {name:10s} {v['restarts_median']:7.1f} "
+                    f"{v['restarts_p90']:7.1f} {v['reached']:>4d}/{s['seeds']:<3d} {v['wall_h_median']:7.1f} "
+                    f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d}")
+            log(f"{'':28s} optimum {row['optimum_tok_per_s']:.1f} tok/s ({row['optimum_config']}), "
+                f"baseline {row['baseline_tok_per_s']:.1f}; full grid "
+                f"{row['strategies']['grid'].get('full_grid_wall_h', float('nan')):.0f} h")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--only", default=",".join(SECTIONS))
+    ap.add_argument("--accuracy-seconds", type=float, default=10.0)
+    ap.add_argument("--e2e-seeds", type=int, default=2)
+    ap.add_argument("--e2e-trials", type=int, default=10)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    import optuna
+
+    optuna.logging.set_verbosity(logging.ERROR)
+    only = set(args.only.split(","))
+    out_path = Path(args.out)
+    results: dict[str, Any] = {}
+    if out_path.exists():
+        try:
+            results = json.loads(out_path.read_text())
+        except json.JSONDecodeError:
+            results = {}
+    results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    results["date"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    t_all = time.time()
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        work = Path(tmp)
+        if only & {"loop", "hosts"}:
+            import ray
+
+            ray.init(num_cpus=2, resources={f"host:h{i}": 1 for i in range(4)}, include_dashboard=False,
+                     log_to_driver=False, configure_logging=False)
+        for name in SECTIONS:
+            if name not in only:
+                continue
+            log(f"== {name}")
+            t0 = time.time()
+            if name == "strategies":
+                results[name] = section_strategies(args)
+            elif name == "loop":
+                results[name] = section_loop(work)
+            elif name == "hosts":
+                results[name] = section_hosts(work, args)
+            elif name == "client":
+                results[name] = section_client()
+            elif name == "accuracy":
+                results[name] = section_accuracy(args)
+            elif name == "e2e":
+                results[name] = section_e2e(work, args)
+            results.setdefault("section_seconds", {})[name] = round(time.time() - t0, 1)
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            out_path.write_text(json.dumps(results, indent=2, default=str))
+    results["total_seconds"] = round(time.time() - t_all, 1)
+    out_path.write_text(json.dumps(results, indent=2, default=str))
+    print_table(results)
+    log(f"\nwrote {out_path} in {results['total_seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
