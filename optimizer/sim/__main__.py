@@ -166,7 +166,12 @@ def serve(argv: list[str]) -> int:
     log(f"Engine startup timings (s): load_weight={ph['load_weights']:.2f}, "
         f"kv_cache_allocation={ph['memory_pool']:.2f}, scheduler_e2e={sum(ph.values()) - ph['imports']:.2f}")
 
-    return asyncio.run(_serve_http(opts, profile, flags, env, phases, ev))
+    coro = _serve_http(opts, profile, flags, env, phases, ev)
+    try:  # uvloop and httptools (uvicorn's fast paths) when installed; plain asyncio and h11 otherwise
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
@@ -213,7 +218,7 @@ async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
         },
     }
     config = uvicorn.Config(app, host=opts.host, port=opts.port, log_config=log_config, access_log=True,
-                            timeout_keep_alive=30, backlog=2048, lifespan="off", loop="asyncio", http="h11")
+                            timeout_keep_alive=30, backlog=2048, lifespan="off", loop="none", http="auto")
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
