@@ -169,15 +169,24 @@ class RayExecutor:
                     got_result = True
                 self.events.put(ev)
         except Exception as exc:  # noqa: BLE001 - RayActorError, worker crash, ...
-            if not got_result:
-                self.events.put(TrialResult(trial=spec.number, host=host, status="host_fault", kind="actor_died",
-                                            reason=f"Ray actor for host {host} died: {type(exc).__name__}: {exc}"))
+            # Replace the actor before the driver hears of the fault (it re-queues the trial on this host at once),
+            # and let the new actor stop the server the dead one left running (found through its pid file).
             with self.lock:
                 try:
                     self.ray.kill(self.actors[host], no_restart=True)
                 except Exception:  # noqa: BLE001
                     pass
-                self.actors[host] = self._new_actor(self.configs[host])
+                self.actors[host] = new = self._new_actor(self.configs[host])
+            try:
+                reaped = self.ray.get(new.reap_orphans.remote(), timeout=120)
+            except Exception as reap_exc:  # noqa: BLE001
+                reaped = [f"error: {reap_exc}"]
+            if not got_result:
+                reason = f"Ray actor for host {host} died: {type(exc).__name__}: {exc}"
+                if reaped:
+                    reason += f"; its server was stopped: {reaped}"
+                self.events.put(TrialResult(trial=spec.number, host=host, status="host_fault", kind="actor_died",
+                                            reason=reason))
         finally:
             with self.lock:
                 self.running.pop(spec.number, None)
