@@ -36,7 +36,7 @@ from .space import NONE_ALGO, SearchSpace
 from .trial import TrialSpec
 
 MAX_HOST_FAULTS = 3  # consecutive faults before a host is quarantined
-MAX_REQUEUES = 2  # times one trial moves to another host after host faults
+MAX_REQUEUES = 1  # a trial hit by a host fault (dead actor, lost host) is re-queued once, then failed
 MAX_IDLE_ASKS = 200  # asks in a row that launch nothing: the space is exhausted
 
 
