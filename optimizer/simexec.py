@@ -107,10 +107,11 @@ class ModelExecutor:
         self._push(t, PhaseEvent(trial=n, host=host, phase="warming_up", t=t))
         lf = self.profile.launch_factor(self.rng)
         rate = max(ev.tok_per_s * lf, 1e-6)
-        t += w.warmup_requests * w.max_tokens / max(rate / max(1, min(w.concurrency, w.warmup_requests)), 1e-6)
+        warmup_s = w.warmup_requests * w.max_tokens / max(rate / max(1, min(w.concurrency, w.warmup_requests)), 1e-6)
+        t += warmup_s
         chunk_tokens = w.requests_per_chunk * w.max_tokens
         chunk_s = chunk_tokens / rate
-        self.ledger.bench_full_s += chunk_s * w.chunks
+        self.ledger.bench_full_s += warmup_s + chunk_s * w.chunks
         values = []
         schedule = []
         crash_at = ev.crash_after_requests
