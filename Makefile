@@ -13,6 +13,8 @@ HOSTS    ?=
 EXECUTOR ?= ray
 ARGS     ?=
 PORT     ?= 8080
+# A demo-sized benchmark per trial (the simulator boots a 12-minute profile in ~2 s); override for real runs.
+DEMO_ARGS ?= --max-tokens 64 --chunks 4 --requests-per-chunk 2 --boot-timeout 30
 
 .PHONY: install optimize test bench dashboard report export status clean system-deps help
 
@@ -45,7 +47,7 @@ system-deps:
 
 optimize: $(STAMP)
 	$(BIN)/python -m optimizer optimize --study $(STUDY) --trials $(TRIALS) --space $(SPACE) \
-	  --profile $(PROFILE) --seed $(SEED) --executor $(EXECUTOR) $(if $(HOSTS),--hosts $(HOSTS)) $(ARGS)
+	  --profile $(PROFILE) --seed $(SEED) --executor $(EXECUTOR) $(if $(HOSTS),--hosts $(HOSTS)) $(DEMO_ARGS) $(ARGS)
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q $(ARGS)
