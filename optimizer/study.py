@@ -395,7 +395,10 @@ class Driver:
         else:
             cand = self.space.suggest(trial)
         key = cand.key(architecture=self.arch)
-        trial.set_user_attr("config", self.space.describe(cand))
+        # 'config' feeds progress lines, notes, summary.json and the dashboard: mask secret-named env values.
+        from .notes import redact_log
+
+        trial.set_user_attr("config", redact_log(self.space.describe(cand)))
         trial.set_user_attr("candidate_key", key)
         trial.set_user_attr("flags", redact_mapping(dict(cand.flags)))
         trial.set_user_attr("env", redact_mapping(dict(cand.env)))

@@ -72,15 +72,20 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
     def phase(name: str, detail: str = "") -> None:
         emit(PhaseEvent(trial=spec.number, host=host.name, phase=name, detail=detail))
 
-    phase("starting", spec.candidate.short())
+    from .notes import redact_log
+
+    phase("starting", redact_log(spec.candidate.short()))  # shown in progress lines: secrets masked
     try:
         port = host.pick_port()
         bind = getattr(host, "server_host", "127.0.0.1")
         python = getattr(host, "python", "python3")
         argv = spec.argv(python, bind, port)
         env = {**spec.server_env, **dict(spec.candidate.env), "SGLANG_OPTIMIZER_TRIAL": f"{spec.study}/{spec.number}"}
-        (trial_dir / "command.sh").write_text(
-            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()) + shlex.join(argv) + "\n"
+        from .redact import redact_mapping
+
+        (trial_dir / "command.sh").write_text(  # a record for humans: secrets masked
+            "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in redact_mapping(env).items())
+            + redact_log(shlex.join(argv)) + "\n"
         )
         server = host.start(argv, env, log_path, port)
     except HostError as exc:
