@@ -72,6 +72,9 @@ def serve(argv: list[str]) -> int:
     # Python imports of the real launcher (~13-24 s), then argument parsing.
     _sleep(profile.boot["imports"] * ts)
     violations = rules.startup_violations(flags, architecture=profile.architecture, gpu_sm=profile.gpu_sm)
+    if flags.get("attention-backend") == "trtllm_mha" and not flags.get("page-size"):
+        log("TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, changing page_size from None to 64.",
+            sys.stderr if violations else None)
     if violations:
         _, warnings = rules.normalize(flags, architecture=profile.architecture)
         for w in warnings:
