@@ -209,3 +209,17 @@ def test_config_file_and_cli_override(tmp_path) -> None:
         assert info["max_running_requests"] == 32 and info["enable_metrics"] is True
         assert info["architectures"] if "architectures" in info else True
         assert httpx.get(sim.base + "/metrics").status_code == 200
+
+
+def test_prompt_category_sets_acceptance(eagle) -> None:
+    def accept(category: str | None, text: str) -> float:
+        body = {"text": text, "sampling_params": {"max_new_tokens": 600, "ignore_eos": True}}
+        if category:
+            body["category"] = category
+        return httpx.post(eagle.base + "/generate", json=body, timeout=60).json()["meta_info"]["spec_accept_length"]
+
+    math_field = accept("math", "Tell me something.")
+    summ_field = accept("summarization", "Tell me something.")
+    assert math_field > summ_field + 0.3
+    # without the field, keywords decide
+    assert accept(None, "Summarize this article in three sentences.") < accept(None, "Solve 12 * 7 + 3.") - 0.3
