@@ -225,7 +225,9 @@ def test_metric_families_match(which, sim_a, sim_b) -> None:
     rec_launch, sim = (REC_A, sim_a) if which == "A" else (REC_B, sim_b)
     rec_text = rec_launch["metrics_after_bench"]  # after traffic, as ours (families appear with traffic)
     rec_text = rec_text if isinstance(rec_text, str) else rec_text["body"]
-    fams = lambda text: {ln.split()[2]: ln.split()[3] for ln in text.splitlines() if ln.startswith("# TYPE ")}  # noqa: E731
+    def fams(text: str) -> dict:
+        return {ln.split()[2]: ln.split()[3] for ln in text.splitlines() if ln.startswith("# TYPE ")}
+
     r = httpx.get(sim.base + "/metrics")
     assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     got, rec = fams(r.text), fams(rec_text)

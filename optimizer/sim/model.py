@@ -32,7 +32,7 @@ import math
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -105,7 +105,8 @@ class Comm:
         if proto not in self.nccl_lat:
             proto = "Simple"
         # NCCL's own algorithm choice goes by message size, whatever protocol was forced.
-        algo = env.get("NCCL_ALGO") or (self.auto_algo_ll if tokens <= self.auto_ll_max_tokens else self.auto_algo_simple)
+        auto_algo = self.auto_algo_ll if tokens <= self.auto_ll_max_tokens else self.auto_algo_simple
+        algo = env.get("NCCL_ALGO") or auto_algo
         af = self.algo_factor.get(algo, 1.1)
         pf = self.p2p_factor.get(env.get("NCCL_P2P_LEVEL") or "", 1.0)
         # the algorithm sets the latency; the P2P level (which transport moves the bytes) the bandwidth part.
@@ -256,7 +257,8 @@ class Profile:
 
     def _resolve(self, flags: Mapping[str, Any]) -> dict[str, Any]:
         algo = rules.algorithm(flags)
-        triple = rules.resolved_triple(flags, architecture=self.architecture) if algo in rules.EAGLE_FAMILY or algo == "NGRAM" else None
+        spec = algo in rules.EAGLE_FAMILY or algo == "NGRAM"
+        triple = rules.resolved_triple(flags, architecture=self.architecture) if spec else None
         attn = str(flags.get("attention-backend") or self.default_attention)
         cgbs = int(flags.get("cuda-graph-max-bs") or self.default_cuda_graph_max_bs)
         mrr = flags.get("max-running-requests")
@@ -311,7 +313,8 @@ class Profile:
         return (1.0 / inv if inv > 0 else 1.0), per
 
     # ------------------------------------------------------------------ step time
-    def step_times(self, b: int, flags_resolved: Mapping[str, Any], env: Mapping[str, str]) -> tuple[float, float, float]:
+    def step_times(self, b: int, flags_resolved: Mapping[str, Any],
+                   env: Mapping[str, str]) -> tuple[float, float, float]:
         """(cycle_ms, verify_ms, draft_ms) for one decode/verify step of b running requests."""
         r = flags_resolved
         b = max(1, int(b))
@@ -382,7 +385,8 @@ class Profile:
         return sum(s for _, s in self.boot_phases(flags))
 
     # ------------------------------------------------------------------ failures
-    def failure(self, flags: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str | None, str, int | None, list[str]]:
+    def failure(self, flags: Mapping[str, Any],
+                env: Mapping[str, str]) -> tuple[str | None, str, int | None, list[str]]:
         """(failure kind, SGLang's message, crash_after_requests, warnings) in the order SGLang would hit them."""
         violations = rules.startup_violations(flags, architecture=self.architecture, gpu_sm=self.gpu_sm)
         if violations:
@@ -407,8 +411,9 @@ class Profile:
         if triple is not None and algo in rules.EAGLE_FAMILY:
             steps, topk, draft = triple
             headroom = max(0.0, (1 - r["mfs"]) / (1 - self.default_mem_fraction))
-            need = (steps * topk + draft) * (1.0 + 0.15 * math.log2(max(1, r["cgbs"]) / self.default_cuda_graph_max_bs)
-                                              if r["cgbs"] > self.default_cuda_graph_max_bs else 1.0)
+            # graphs for batch sizes above the profile's default need room too
+            over = max(1.0, r["cgbs"] / self.default_cuda_graph_max_bs)
+            need = (steps * topk + draft) * (1.0 + 0.15 * math.log2(over))
             if need > self.tree_budget * min(1.0, headroom) or hit("oom"):
                 return "oom", OOM_MESSAGE, None, warnings
         elif hit("oom"):
@@ -495,10 +500,6 @@ def _truthy(v: Any) -> bool:
     if isinstance(v, str):
         return v.strip().lower() in ("1", "true", "yes", "on")
     return bool(v)
-
-
-def _norm_items(flags: Mapping[str, Any]) -> Iterable[tuple[str, str]]:
-    return ((k, str(v)) for k, v in flags.items())
 
 
 def load_profile(name: str) -> Profile:

@@ -29,7 +29,8 @@ def ground_truth(profile_name: str, candidates: Iterable[Any], concurrency: int 
         row = {
             "flags": flags,
             "env": env,
-            "tok_per_s": round(ev.tok_per_s, 4) if ev.ok else (round(ev.tok_per_s, 4) if ev.failure == "crash_serving" else 0.0),
+            # crash_serving: the rate until the crash; other failures never serve
+            "tok_per_s": round(ev.tok_per_s, 4) if ev.ok or ev.failure == "crash_serving" else 0.0,
             "accept_length": round(ev.accept_length, 4),
             "step_ms": round(ev.step_ms, 4),
             "boot_s": round(ev.boot_s, 2),
@@ -40,8 +41,8 @@ def ground_truth(profile_name: str, candidates: Iterable[Any], concurrency: int 
         configs.append(row)
         if ev.ok and (best is None or ev.tok_per_s > best["tok_per_s"]):
             best = row
-    return {"profile": profile_name, "concurrency": concurrency, "categories": dict(categories or prof.default_categories),
-            "configs": configs, "best": best}
+    return {"profile": profile_name, "concurrency": concurrency,
+            "categories": dict(categories or prof.default_categories), "configs": configs, "best": best}
 
 
 def main(argv: list[str]) -> int:
@@ -63,5 +64,6 @@ def main(argv: list[str]) -> int:
         with open(args.out, "w") as fh:
             fh.write(text + "\n")
         best = result["best"]
-        print(f"{len(result['configs'])} configurations; best {best['tok_per_s'] if best else None} tok/s -> {args.out}")
+        top = best["tok_per_s"] if best else None
+        print(f"{len(result['configs'])} configurations; best {top} tok/s -> {args.out}")
     return 0
