@@ -30,6 +30,7 @@ WORDS = [
 ]
 N_WORDS = len(WORDS)
 JOIN_FRACTION = 0.25  # a request arriving within this fraction of a step joins the step in flight
+MAX_DEBT_S = 1.0  # a starved event loop catches up on at most this much lost step time
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 _CODE = ("def ", "function", "python", "code", "class ", "implement", "```", "program", "javascript", "compile",
@@ -249,7 +250,7 @@ class Engine:
             b = len(self.running)
             dt = self.cycle_s(b)
             now = loop.time()
-            if next_t is None or next_t < now - 0.25:
+            if next_t is None or next_t < now - MAX_DEBT_S:
                 next_t = now
             next_t += dt
             delay = next_t - now
