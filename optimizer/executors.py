@@ -182,9 +182,8 @@ class RayExecutor:
             except Exception as reap_exc:  # noqa: BLE001
                 reaped = [f"error: {reap_exc}"]
             if not got_result:
-                reason = f"Ray actor for host {host} died: {type(exc).__name__}: {exc}"
-                if reaped:
-                    reason += f"; its server was stopped: {reaped}"
+                stopped = f" (its server was stopped: {reaped})" if reaped else ""
+                reason = f"Ray actor for host {host} died{stopped}: {type(exc).__name__}: {exc}"
                 self.events.put(TrialResult(trial=spec.number, host=host, status="host_fault", kind="actor_died",
                                             reason=reason))
         finally:
