@@ -312,9 +312,9 @@ class Driver:
             self.progress.stop(self)
         return self.study
 
-    def force_stop(self) -> None:
+    def force_stop(self, reason: str = "forced stop (second Ctrl-C) while this trial ran; re-queued") -> None:
         """A second Ctrl-C: kill the servers now; record running trials as interrupted and re-queue them (as the
-        next run would for a driver that died)."""
+        next run would for a driver that died). Also ends a stop with trials still waiting for a host."""
         self.stopping = True
         kill = getattr(self.executor, "kill_servers", None)
         if kill is not None:
@@ -324,7 +324,7 @@ class Driver:
             if not a.spec.protected and t.params and not t.user_attrs.get("requeued_from"):
                 self.study.enqueue_trial(t.params, user_attrs={"requeued_from": t.number})
             t.set_user_attr("outcome", "interrupted")
-            t.set_user_attr("failure_reason", "forced stop (second Ctrl-C) while this trial ran; re-queued")
+            t.set_user_attr("failure_reason", reason)
             self.study.tell(t, state=TrialState.FAIL, skip_if_finished=True)
         self.active.clear()
         self.pending.clear()
@@ -346,6 +346,9 @@ class Driver:
             if not self.stopping:
                 self._fill_hosts()
             if not self.active and not self.pending:
+                break
+            if self.stopping and not self.active:  # stopping: trials waiting for a host will not get one
+                self.force_stop("the study stopped before this trial got a host; re-queued")
                 break
             if not self.active and self.pending and not self._free_hosts():
                 self.progress.note(self, "every host is quarantined: stopping")
