@@ -138,7 +138,7 @@ def _counts(study: Any) -> dict[str, int]:
 def print_table(results: dict[str, Any]) -> None:
     s = results.get("strategies")
     if s:
-        log("\nRestarts to 98% of the true optimum (median / p90 over %d seeds; censored at the budget)" % s["seeds"])
+        log(f"\nRestarts to 98% of the true optimum (median / p90 over {s['seeds']} seeds; censored at the budget)")
         log(f"{'profile':28s} {'conc':>4s} {'strategy':10s} {'median':>7s} {'p90':>7s} {'reached':>8s} "
             f"{'wall h':>7s} {'prune saved':>11s} {'opt pruned':>10s}")
         for row in s["scenarios"]:
