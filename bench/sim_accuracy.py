@@ -58,13 +58,14 @@ async def run_client(base: str, concurrency: int, seconds: float, max_tokens: in
     body = {"model": "x", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
             "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     tokens = 0
-    warm = min(3.0, seconds / 5)  # let all streams connect first
-    t_start = time.monotonic() + warm
-    t_end = t_start + seconds
     # count the tokens whose chunks arrive inside [t_start, t_end); each request's chunk tokens must add up to
     # its usage.completion_tokens (checked).
     # one client (one kept-alive connection) per stream: a shared httpx pool serialises badly at 64 streams
+    # (created before the clock starts: each client builds its own SSL context, tens of ms on a busy machine)
     clients = [httpx.AsyncClient(base_url=base, timeout=60) for _ in range(concurrency)]
+    warm = min(3.0, seconds / 5)  # let all streams connect first
+    t_start = time.monotonic() + warm
+    t_end = t_start + seconds
     try:
         async def worker(client: httpx.AsyncClient) -> None:
             nonlocal tokens
