@@ -126,7 +126,16 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         result.records_path = str(trial_dir / "bench.json")
         result.metrics = bench.to_metrics()
         rc = server.returncode()
-        if rc is not None:
+        if rc is None and bench.failed:
+            # Requests failed: a server that crashed may still be on its way out (SGLang kills its process tree
+            # after the fatal line). Give it a moment, and believe a fatal line in its log either way: a crashed
+            # server's partial throughput must never be recorded as the configuration's.
+            deadline = time.time() + 3.0
+            while rc is None and time.time() < deadline:
+                time.sleep(0.1)
+                rc = server.returncode()
+        fatal = _crash_line(log_tail(log_path), fatal_only=True) if bench.failed else ""
+        if rc is not None or fatal:
             time.sleep(0.2)
             tail = log_tail(log_path)
             line = _crash_line(tail) or f"server exited with status {rc} during the benchmark"
@@ -178,8 +187,9 @@ def _finish(result: TrialResult, status: str, *, reason: str = "", kind: str = "
     return result
 
 
-def _crash_line(tail: str) -> str:
-    for needle in ("illegal memory access", "Scheduler hit an exception", "out of memory", "Traceback"):
+def _crash_line(tail: str, fatal_only: bool = False) -> str:
+    needles = ("illegal memory access", "Scheduler hit an exception", "out of memory", "Traceback")
+    for needle in needles[:3] if fatal_only else needles:
         for line in tail.splitlines():
             if needle in line:
                 return line.strip()[:300]
