@@ -1,0 +1,204 @@
+"""The driver dies (SIGKILL, at 20 seeded-random points) or is interrupted (Ctrl-C, twice) in the middle of a
+study; the same command run again continues it.
+
+Everything is real: ``python -m optimizer optimize`` subprocesses, simulator servers in their own process groups,
+the Optuna journal file. Only the driver process is killed, never its group: the servers it leaves behind must be
+found by the next run through its pid files. The tests count servers through the trial marker in
+``/proc/*/environ`` (their own check; the product never looks for processes that way).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from optuna.trial import TrialState
+
+from faults.driver import SPACE, Run, children_of, load_trials, optimize_argv
+from faults.figures import add, study_servers
+
+KILLS = 20
+EVENTS = ["early", "starting", "warming_up", "benchmarking", "chunk", " complete"]
+
+
+def _snapshot(journal: Path, study: str) -> dict[int, tuple]:
+    return {t.number: (t.state, t.value, dict(t.user_attrs)) for t in load_trials(journal, study)}
+
+
+def _wait_gone(study: str, timeout_s: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = study_servers(study)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
+
+
+def _kill_chain(tmp_path: Path, study: str, kills: int, seed: int, executor: str) -> dict:
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    studies = tmp_path / "studies"
+    journal = studies / study / "journal.log"
+    rng = random.Random(seed)
+    kept: dict[int, float] = {}  # COMPLETE trials seen so far -> value
+    interrupted: set[int] = set()  # trials RUNNING when a driver died
+    lost = survived = reaped = unresumed = 0
+    phases: dict[str, int] = {}
+    strays: list[int] = []
+    for i in range(kills + 1):
+        launched = sum(1 for s in _snapshot(journal, study).values() if s[2].get("launched"))
+        waiting = sum(1 for s in _snapshot(journal, study).values() if s[0] == TrialState.WAITING)
+        final = i == kills
+        run = Run(optimize_argv(studies, study, space, launched + (waiting + 1 if final else 2), executor=executor),
+                  tmp_path / f"run-{i}.log")
+        if final:
+            rc = run.wait(240)
+            assert rc == 0, run.text()[-3000:]
+        else:
+            event = rng.choice(EVENTS)
+            if event == "early":
+                time.sleep(rng.uniform(0.3, 2.5))
+            else:
+                # the n-th occurrence of a phase line, then a little more: kills land all over the trial
+                run.wait_for(event, rng.randint(1, 2), timeout_s=10)
+                time.sleep(rng.uniform(0.0, 0.3))
+            before_kill = run.text()
+            phases[event] = phases.get(event, 0) + 1
+            if executor == "ray":
+                strays = children_of(run.proc.pid)
+            run.kill_driver()
+            assert "Traceback" not in before_kill, before_kill[-3000:]
+        text = run.text()
+        reaped += sum(int(n) for n in re.findall(r"stopped (\d+) server\(s\) left by a previous run", text))
+        snap = _snapshot(journal, study)
+        # Every trial that was COMPLETE after an earlier kill is still there, COMPLETE, with the same value.
+        lost_now = sum(1 for n, v in kept.items() if n not in snap or snap[n][0] != TrialState.COMPLETE
+                       or snap[n][1] != v)
+        lost += lost_now
+        if i > 0:
+            unresumed += 1
+        if lost_now == 0 and "launches left" in text:
+            survived += unresumed  # a later run resumed the study from intact storage after these kills
+            unresumed = 0
+        kept.update({n: s[1] for n, s in snap.items() if s[0] == TrialState.COMPLETE})
+        interrupted |= {n for n, s in snap.items() if s[0] == TrialState.RUNNING}
+        for pid in strays:  # Ray processes the killed driver started itself (not servers: those are counted)
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+    trials = load_trials(journal, study)
+    by_number = {t.number: t for t in trials}
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    # what waits when the budget is spent is only the warm start's queue, never a re-queued trial
+    assert all(t.user_attrs.get("warm_start") for t in trials if t.state == TrialState.WAITING)
+    for n in interrupted:
+        t = by_number[n]
+        assert t.state == TrialState.FAIL and t.user_attrs.get("outcome") == "interrupted", (n, t.user_attrs)
+        if t.params and not t.user_attrs.get("requeued_from"):
+            again = [x for x in trials if x.user_attrs.get("requeued_from") == n]
+            assert len(again) == 1, f"trial {n} re-queued {len(again)} times"
+            assert again[0].params == t.params
+    orphans = _wait_gone(study, 5.0)
+    pid_files = list((studies / study / "hosts").glob("*/run/*.json"))
+    return {"kills": kills, "survived": survived, "lost": lost, "orphans": len(orphans), "reaped": reaped,
+            "interrupted": len(interrupted), "complete": len(kept), "phases": phases, "pid_files": pid_files,
+            "orphan_pids": orphans}
+
+
+def test_driver_sigkilled_at_20_random_points_resumes_without_loss(tmp_path):
+    study = "faults-kill"
+    res = _kill_chain(tmp_path, study, KILLS, seed=20261130, executor="thread")
+    add("driver_kills", kills=res["kills"], kills_survived=res["survived"], completed_lost=res["lost"],
+        orphans=res["orphans"], servers_reaped=res["reaped"], trials_requeued=res["interrupted"])
+    print(f"driver kills: {res}")
+    assert res["lost"] == 0
+    assert res["orphans"] == 0, res["orphan_pids"]
+    assert not res["pid_files"]
+    assert res["survived"] == KILLS
+    assert res["complete"] >= 3
+    assert res["interrupted"] >= 3 and res["reaped"] >= 3  # kills did land while trials and servers ran
+
+
+def test_driver_sigkilled_with_ray_executor_resumes(tmp_path, ray_runtime):
+    # ray_runtime: the session's own runtime is up; the driver subprocess starts its own (as `make optimize`).
+    study = "faults-kill-ray"
+    res = _kill_chain(tmp_path, study, 1, seed=5, executor="ray")
+    add("driver_kills_ray", kills=res["kills"], kills_survived=res["survived"], completed_lost=res["lost"],
+        orphans=res["orphans"], servers_reaped=res["reaped"], trials_requeued=res["interrupted"])
+    print(f"driver kills (ray): {res}")
+    assert res["lost"] == 0 and res["orphans"] == 0 and res["survived"] == 1
+    assert not res["pid_files"]
+
+
+# ------------------------------------------------------------------------------------------------------ Ctrl-C
+
+LONGER = ["--chunks", "4", "--requests-per-chunk", "4", "--max-tokens", "64"]  # a benchmark of ~2 s
+
+
+def _start(tmp_path: Path, study: str, trials: int = 3) -> tuple[Run, Path]:
+    space = tmp_path / "space.yaml"
+    space.write_text(SPACE)
+    studies = tmp_path / "studies"
+    return (Run(optimize_argv(studies, study, space, trials, extra=LONGER), tmp_path / "run.log"),
+            studies / study / "journal.log")
+
+
+@pytest.mark.parametrize("phase", ["booting", "benchmarking"])
+def test_ctrl_c_stops_gracefully(tmp_path, phase):
+    study = f"faults-int-{phase}"
+    run, journal = _start(tmp_path, study)
+    needle = "trial 1: starting" if phase == "booting" else "trial 0: benchmarking"
+    assert run.wait_for(needle, 1, 30), run.text()[-2000:]
+    time.sleep(0.3)
+    assert study_servers(study), "a server should be running"
+    os.kill(run.proc.pid, signal.SIGINT)
+    rc = run.wait(60)
+    text = run.text()
+    assert rc == 130, text[-3000:]
+    assert "Traceback" not in text
+    assert "stopping: servers are being stopped" in text
+    left = _wait_gone(study, 2.0)
+    trials = load_trials(journal, study)
+    running = [t.number for t in trials if t.state == TrialState.RUNNING]
+    marked = [t for t in trials if t.state == TrialState.FAIL]
+    add("ctrl_c", kills=1, kills_survived=int(not running and not left), orphans=len(left))
+    assert not left and not running
+    assert marked and all(t.user_attrs.get("failure_reason") for t in marked)
+    if phase == "booting":
+        return
+    # storage is consistent: the same command resumes and finishes the study
+    done = Run(optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 3), tmp_path / "resume.log")
+    assert done.wait(120) == 0, done.text()[-3000:]
+    trials = load_trials(journal, study)
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    assert not study_servers(study)
+
+
+def test_second_ctrl_c_forces(tmp_path):
+    study = "faults-int-twice"
+    run, journal = _start(tmp_path, study)
+    assert run.wait_for("trial 0: benchmarking", 1, 30), run.text()[-2000:]
+    os.kill(run.proc.pid, signal.SIGINT)
+    assert run.wait_for("stopping:", 1, 10)
+    os.kill(run.proc.pid, signal.SIGINT)
+    t0 = time.monotonic()
+    rc = run.wait(30)
+    took = time.monotonic() - t0
+    text = run.text()
+    left = _wait_gone(study, 5.0)
+    add("ctrl_c", kills=1, kills_survived=int(not left), orphans=len(left))
+    assert rc == 130, text[-3000:]
+    assert took < 15
+    assert "Traceback" not in text, text[-3000:]
+    assert not left
+    # whatever the forced stop left RUNNING is resumed by the next run
+    done = Run(optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 3), tmp_path / "resume.log")
+    assert done.wait(120) == 0, done.text()[-3000:]
+    assert not [t for t in load_trials(journal, study) if t.state in (TrialState.RUNNING, TrialState.WAITING)]
