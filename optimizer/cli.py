@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     except OptimizerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C before the driver's own handler is in place (imports, Ray start, resume)
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def _load(args: argparse.Namespace) -> Any:
