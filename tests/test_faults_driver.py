@@ -202,3 +202,18 @@ def test_second_ctrl_c_forces(tmp_path):
     done = Run(optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 3), tmp_path / "resume.log")
     assert done.wait(120) == 0, done.text()[-3000:]
     assert not [t for t in load_trials(journal, study) if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def test_ctrl_c_while_starting_up(tmp_path):
+    """Ctrl-C before the driver's handler is in place (imports, storage, resume): exit 130, no traceback."""
+    study = "faults-int-early"
+    run, journal = _start(tmp_path, study)
+    time.sleep(1.0)
+    os.kill(run.proc.pid, signal.SIGINT)
+    rc = run.wait(30)
+    text = run.text()
+    left = _wait_gone(study, 5.0)
+    add("ctrl_c", kills=1, kills_survived=int(not left), orphans=len(left))
+    assert rc == 130, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert not left

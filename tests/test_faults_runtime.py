@@ -16,6 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from optuna.trial import TrialState
 
 from conftest import KIMI, sim_command
@@ -26,7 +27,7 @@ from optimizer.export import export_study
 from optimizer.hosts import _proc
 from optimizer.hosts.config import HostConfig, local_host
 from optimizer.settings import parse_study
-from optimizer.space import parse_space
+from optimizer.space import load_space, parse_space
 from optimizer.study import Driver, Progress
 
 try:
@@ -341,7 +342,9 @@ def test_hostile_values_reach_the_server_literally(tmp_path, where, request):
     cfg = make_cfg(tmp_path, study, budget={"trials": 2}, server={"command": command, "boot_timeout_s": 20,
                                                                   "env": {"HOSTILE_S": vals[6]}},
                    initial=[{**GOOD, "HOSTILE_P": vals[3]}])
-    space = parse_space(_hostile_space(marker), "hostile.yaml")
+    space_file = tmp_path / "hostile.yaml"  # through a real YAML file, as a user would write it
+    space_file.write_text(yaml.safe_dump(_hostile_space(marker), allow_unicode=True))
+    space = load_space(space_file)
     if where == "ssh":
         hosts = [ssh_host(request.getfixturevalue("sshd"), tmp_path, env={"HOSTILE_H": vals[7]},
                           cuda_visible_devices=vals[8])]
