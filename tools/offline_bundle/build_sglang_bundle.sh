@@ -34,6 +34,7 @@ PINS=(
   setproctitle==1.3.8 pyzmq==27.3.0 watchfiles==1.3.0 zstandard==0.25.0 easydict==1.14
   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
   interegular==0.3.3 lark==1.3.1 diskcache==5.6.3 nest-asyncio==1.6.0
+  dill==0.4.1                     # sglang.srt.sampling.custom_logit_processor imports it (server_args chain)
   soundfile==0.13.1 cffi==2.1.1 pycparser==3.12
 )
 # Deliberately NOT carried (lazy imports, never reached with --attention-backend triton,
@@ -81,8 +82,9 @@ trim 'sglang/srt/grpc/_core*.so' 'sglang/srt/multimodal/_core*.so'
 trim 'sglang/srt/server/_core*.so'
 # zstandard: the C backend is the default; the CFFI backend is only used when asked for.
 trim 'zstandard/_cffi*.so'
-# apache-tvm-ffi: test library and vendored third-party headers (only for building C++ extensions).
-trim 'tvm_ffi/lib/libtvm_ffi_testing.so' 'tvm_ffi/3rdparty'
+# apache-tvm-ffi: vendored third-party headers (only for building C++ extensions). Keep
+# lib/libtvm_ffi_testing.so: `import tvm_ffi` loads it (removing it broke flashinfer, xgrammar, deep_gemm).
+trim 'tvm_ffi/3rdparty'
 # llguidance: only for --grammar-backend llguidance (sglang imports it lazily); the Python part stays.
 trim 'llguidance/_lib*.so'
 

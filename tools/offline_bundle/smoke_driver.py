@@ -19,16 +19,19 @@ import threading
 import time
 
 READY_LINE = "The server is fired up and ready to roll!"
-PHASES = [
+PHASES = [  # first log line containing each pattern (sglang 0.5.17 wording)
     ("first_log_line", None),
     ("server_args", "server_args="),
     ("init_torch_distributed", "Init torch distributed begin"),
     ("load_weight_end", "Load weight end"),
     ("memory_pool_end", "Memory pool end"),
-    ("capture_cuda_graph_begin", "Capture cuda graph begin"),
-    ("capture_cuda_graph_end", "Capture cuda graph end"),
-    ("capture_draft_cuda_graph_end", "Capture draft cuda graph end"),
-    ("capture_draft_extend_cuda_graph_end", "Capture draft extend cuda graph end"),
+    ("cuda_graph_capture_begin", "CUDA graph begin"),
+    ("target_prefill_graph_end", "Capture target prefill CUDA graph end"),
+    ("target_decode_graph_end", "Capture target decode CUDA graph end"),
+    ("target_verify_graph_end", "Capture target verify CUDA graph end"),
+    ("draft_prefill_graph_end", "Capture draft prefill CUDA graph end"),
+    ("draft_decode_graph_end", "Capture draft decode CUDA graph end"),
+    ("draft_extend_graph_end", "Capture draft extend CUDA graph end"),
     ("uvicorn_running", "Uvicorn running"),
     ("ready_line", READY_LINE),
 ]
@@ -148,7 +151,7 @@ def _drive(a, p, t0, lines, logf, summ) -> int:
             if pat is None or pat in txt:
                 phases[key] = round(t, 2)
                 break
-    graph_lines = [txt[txt.find("Capture"):][:160] for _, txt in lines if "Capture" in txt and "end" in txt]
+    graph_lines = [txt[txt.find("Capture"):][:160] for _, txt in lines if "CUDA graph end" in txt]
     summ["phases_s"] = phases
     summ["capture_lines"] = graph_lines
     summ["local_patch_lines"] = [txt[:200] for _, txt in lines if "LOCAL PATCH" in txt]
