@@ -502,7 +502,8 @@ class Driver:
         else:  # cancelled
             self._tell_fail(a, r.reason or "cancelled", r)
         self._settle_duplicates(a)
-        self._after_tell(a)
+        if r.status in ("complete", "pruned"):  # _tell_infeasible and _tell_fail annotate and print themselves
+            self._after_tell(a)
 
     def _record_common(self, a: Active, r: TrialResult) -> None:
         t = a.trial
