@@ -4,6 +4,7 @@ and tests/test_fuzz_*.py (run the suite alone with ``pytest tests/test_faults_*.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -37,11 +38,13 @@ def test_fault_injection_figures(request):
             "{injections_executed}/{injections_tried}, secrets leaked {secrets_leaked}, hostile replies "
             "{hostile_replies}").format(**figures)
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
     if tr is not None:
-        tr.write_line("")
-        tr.write_line(line)
-        tr.write_line(f"  by test: { {k: dict(v) for k, v in DETAIL.items()} }")
-        tr.write_line(f"  written to {out}")
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+            tr.write_line("")
+            tr.write_line(line)
+            tr.write_line(f"  by test: { {k: dict(v) for k, v in DETAIL.items()} }")
+            tr.write_line(f"  written to {out}")
     print(line)
     assert figures["completed_trials_lost"] == 0
     assert figures["orphan_servers"] == 0, stray
