@@ -218,3 +218,23 @@ def test_ctrl_c_while_starting_up(tmp_path):
     assert rc == 130, (rc, text[-3000:])
     assert "Traceback" not in text, text[-3000:]
     assert not left
+
+
+def test_second_driver_on_a_live_study_is_refused(tmp_path):
+    """Two drivers on one study would reap each other's servers: the second is refused while the first lives."""
+    study = "faults-two-drivers"
+    first, journal = _start(tmp_path, study, trials=2)
+    try:
+        assert first.wait_for("trial 0: starting", 1, 30), first.text()[-2000:]
+        second = Run(optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 2), tmp_path / "second.log")
+        rc = second.wait(60)
+        assert rc == 1 and "being run by another driver" in second.text(), (rc, second.text()[-2000:])
+        assert "Traceback" not in second.text()
+        assert first.proc.poll() is None and study_servers(study)  # the first driver and its server live on
+        assert first.wait(120) == 0, first.text()[-3000:]
+    finally:
+        if first.proc.poll() is None:
+            first.kill_driver()
+    left = _wait_gone(study, 5.0)
+    add("two_drivers", orphans=len(left))
+    assert not left
