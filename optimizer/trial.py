@@ -150,6 +150,9 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
             return _finish(result, "infeasible", reason=f"serving: no request completed ({reasons})",
                            kind="serving", log_tail=log_tail(log_path))
         return _finish(result, "complete")
+    except HostError as exc:
+        # Contact with the host was lost mid-trial: a host fault (re-queued elsewhere), not the configuration's.
+        return _finish(result, "host_fault", reason=str(exc), kind="host", log_tail=log_tail(log_path))
     finally:
         phase("stopping_server")
         try:

@@ -228,9 +228,11 @@ def load_hosts(path: str | Path) -> list[HostConfig]:
     """Read and validate a hosts file; ConfigError names the file, the key and what is allowed."""
     file = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror or e}", file=file) from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"is not UTF-8 text (byte {e.start})", file=file) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

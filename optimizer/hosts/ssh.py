@@ -417,6 +417,11 @@ class SSHServerHandle(ServerHandle):
         word = out.strip()
         if word == "alive":
             return None
+        if status != 0 or not (word == "gone" or word.isdigit()):
+            # The check itself did not run (a cut connection prints nothing): the host's fault, not a crash of
+            # the server, which must not be blamed on the configuration.
+            raise HostError(f"lost contact with {self._host.name} while checking server {self.pgid} "
+                            f"(status {status}, output {word[:80]!r})", host=self._host.name)
         self._rc = _status(word)
         return self._rc
 
