@@ -157,6 +157,9 @@ class Active:
     host: str | None = None
     requeues: int = 0
     tried_hosts: set[str] = field(default_factory=set)
+    #: Chunks already reported. A trial re-run after a host fault keeps its first attempt's values (Optuna
+    #: takes one value per step); the retry's chunks still drive pruning through them.
+    reported: set[int] = field(default_factory=set)
 
 
 class Progress:
@@ -467,7 +470,9 @@ class Driver:
         elif isinstance(ev, ChunkEvent):
             a = self.active.get(ev.trial)
             if a is not None and ev.tok_per_s == ev.tok_per_s:
-                a.trial.report(ev.tok_per_s, step=ev.index)
+                if ev.index not in a.reported:
+                    a.trial.report(ev.tok_per_s, step=ev.index)
+                    a.reported.add(ev.index)
                 # Pruning at the last chunk saves nothing and would throw the finished measurement away.
                 last = ev.index >= a.spec.workload.chunks - 1
                 if not a.spec.protected and not self.stopping and not last and a.trial.should_prune():
