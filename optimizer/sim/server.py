@@ -330,6 +330,21 @@ def build_app(st: State) -> Starlette:
             if not req.done:
                 eng.cancel(req)
 
+    def _stream_end(head: bytes, req: Request, include_usage: bool, *, details: bool) -> list[bytes]:
+        """The usage chunk (``choices: []``; chat adds ``prompt_tokens_details`` as recorded) and ``[DONE]``."""
+        out = []
+        if include_usage:
+            usage: dict[str, Any] = {"prompt_tokens": req.prompt_tokens,
+                                     "total_tokens": req.prompt_tokens + req.produced,
+                                     "completion_tokens": req.produced}
+            if details:
+                usage["prompt_tokens_details"] = None
+            usage["reasoning_tokens"] = 0
+            out.append(head[:-len(b'"choices":[')] + b'"choices":[],"usage":'
+                       + json.dumps(usage, separators=(",", ":")).encode() + b"}\n\n")
+        out.append(b"data: [DONE]\n\n")
+        return out
+
     async def _chat_stream(req: Request, created: int, include_usage: bool) -> AsyncIterator[bytes]:
         head = (f'data: {{"id":"{req.rid}","object":"chat.completion.chunk","created":{created},'
                 f'"model":{model_json},"choices":[').encode()
@@ -349,13 +364,7 @@ def build_app(st: State) -> Starlette:
             if finished:
                 out.append(head + b'{"index":0,"delta":{"reasoning_content":null},"logprobs":null,'
                                   b'"finish_reason":"length","matched_stop":null}]}\n\n')
-                if include_usage:
-                    usage = {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.produced,
-                             "completion_tokens": req.produced, "prompt_tokens_details": None,
-                             "reasoning_tokens": 0}
-                    out.append(head[:-len(b'"choices":[')] + b'"choices":[],"usage":'
-                               + json.dumps(usage, separators=(",", ":")).encode() + b"}\n\n")
-                out.append(b"data: [DONE]\n\n")
+                out.extend(_stream_end(head, req, include_usage, details=True))
                 yield b"".join(out)
                 return
             if out:
@@ -377,12 +386,7 @@ def build_app(st: State) -> Starlette:
                                + b',"matched_stop":null}],"usage":null}\n\n')
                 finished = finished or fin
             if finished:
-                if include_usage:
-                    usage = {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.produced,
-                             "completion_tokens": req.produced, "reasoning_tokens": 0}
-                    out.append(head[:-len(b'"choices":[')] + b'"choices":[],"usage":'
-                               + json.dumps(usage, separators=(",", ":")).encode() + b"}\n\n")
-                out.append(b"data: [DONE]\n\n")
+                out.extend(_stream_end(head, req, include_usage, details=False))
                 yield b"".join(out)
                 return
             if out:
