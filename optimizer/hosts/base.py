@@ -11,6 +11,8 @@ import abc
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from optimizer.errors import HostError
+
 
 class ServerHandle(abc.ABC):
     """A server process started by a host."""
@@ -38,6 +40,18 @@ class Host(abc.ABC):
     """One machine that runs one server at a time."""
 
     name: str
+    _current: ServerHandle | None = None
+
+    def _checked_argv(self, argv: Sequence[str]) -> list[str]:
+        """argv as strings, refused when empty or while this host's previous server still runs."""
+        out = [str(a) for a in argv]
+        if not out:
+            raise ValueError("empty argv")
+        cur = self._current
+        if cur is not None and cur.returncode() is None:
+            raise HostError(f"{self.name}: a server is already running (pgid {cur.pgid}); one server per host",
+                            host=self.name)
+        return out
 
     @abc.abstractmethod
     def start(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path, port: int) -> ServerHandle:

@@ -131,13 +131,7 @@ class LocalHost(Host):
         return int(self.server_port)
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path, port: int) -> ServerHandle:
-        argv = [str(a) for a in argv]
-        if not argv:
-            raise ValueError("empty argv")
-        cur = self._current
-        if cur is not None and cur.returncode() is None:
-            raise HostError(f"{self.name}: a server is already running (pgid {cur.pgid}); one server per host",
-                            host=self.name)
+        argv = self._checked_argv(argv)
         full_env = dict(os.environ)
         full_env.update(self.env)
         full_env.update({str(k): str(v) for k, v in env.items()})

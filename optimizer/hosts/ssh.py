@@ -284,13 +284,7 @@ class SSHHost(Host):
         return int(self.cfg.server_port or 30000)
 
     def start(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path, port: int) -> ServerHandle:
-        argv = [str(a) for a in argv]
-        if not argv:
-            raise ValueError("empty argv")
-        cur = self._current
-        if cur is not None and cur.returncode() is None:
-            raise HostError(f"{self.name}: a server is already running (pgid {cur.pgid}); one server per host",
-                            host=self.name)
+        argv = self._checked_argv(argv)
         full_env = dict(self.env)
         full_env.update({str(k): str(v) for k, v in env.items()})
         for k in full_env:
