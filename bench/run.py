@@ -90,7 +90,7 @@ def section_accuracy(args: argparse.Namespace) -> dict[str, Any]:
 def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """A smaller run through real simulator processes, checked against the in-process model run."""
     from bench.loop import run_study
-    from bench.strategies import truth, space_for
+    from bench.strategies import make_pruner, make_sampler, truth
     from optimizer.space import load_space
 
     prof = "llama-3.1-8b-h100"
@@ -110,8 +110,6 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         rb = best_trial(real["study"])
         cfg = parse_study({"study": "m", "budget": {"trials": args.e2e_trials}, "workload": workload,
                            "sampler": {"seed": seed}}, "bench")
-        study = optuna.create_study(direction="maximize")
-        from bench.strategies import make_sampler, make_pruner
         study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg), pruner=make_pruner("ratio"))
         ex = ModelExecutor(prof, ["h0"], cfg.workload, seed=seed)
         Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()

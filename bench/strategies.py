@@ -8,7 +8,6 @@ report (its best measured, feasible trial) is truly within 98 % of the optimum o
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import statistics
@@ -28,7 +27,7 @@ from optimizer.settings import parse_study
 from optimizer.simexec import CATEGORY_MIX, STOP_S, ModelExecutor
 from optimizer.sim.model import load_profile
 from optimizer.space import SearchSpace, parse_space
-from optimizer.study import Driver, Progress, best_trial, make_sampler
+from optimizer.study import Driver, Progress, make_sampler
 from optimizer.pruning import make_pruner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +97,6 @@ def _config(strategy: str, seed: int, budget: int, concurrency: int) -> Any:
 def run_driver(profile_name: str, concurrency: int, strategy: str, seed: int, budget: int,
                space: SearchSpace, tr: dict[str, Any], hosts: int = 1) -> dict[str, Any]:
     cfg = _config(strategy, seed, budget, concurrency)
-    if not space.model.baseline and strategy != "ours":
-        pass
     sp = space
     if strategy != "ours":
         # The alternatives have no baseline-first trial or warm start: a copy of the space without the baseline.

@@ -139,7 +139,7 @@ class RayExecutor:
         if missing:
             raise RuntimeError(
                 "the running Ray runtime has no resource for hosts " + ", ".join(missing)
-                + f"; start it with resources={{'host:<name>': 1}} for each host"
+                + "; start it with resources={'host:<name>': 1} for each host"
             )
 
     def _new_actor(self, cfg: HostConfig) -> Any:

@@ -7,7 +7,6 @@ again at any time, also for a study that was interrupted.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from pathlib import Path
 from typing import Any
 

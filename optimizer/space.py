@@ -192,7 +192,7 @@ class SearchSpace:
                 raise self._err(key, "must be an SGLang flag name ('speculative-num-steps') or an environment "
                                 "variable name ('NCCL_PROTO')")
             if name in self.model.fixed:
-                raise self._err(key, f"is also in 'fixed': a flag is either fixed or searched, not both")
+                raise self._err(key, "is also in 'fixed': a flag is either fixed or searched, not both")
             if name == rules.ALGO and isinstance(p, CategoricalParam):
                 for c in p.choices:
                     if str(c).lower() != NONE_ALGO and rules.algorithm({rules.ALGO: c}) not in rules.KNOWN_ALGORITHMS:

@@ -121,7 +121,7 @@ def _load_jsonl(path: Path) -> list[Prompt]:
             pid = str(obj.get("id", f"{path.stem}-{n}"))
             if "messages" in obj:
                 if not _valid_messages(obj["messages"]):
-                    raise _bad(path, n, f'"messages" must be a non-empty list of {{"role": str, "content": str}}')
+                    raise _bad(path, n, '"messages" must be a non-empty list of {"role": str, "content": str}')
                 out.append(Prompt(pid, cat, messages=obj["messages"]))
             elif "prompt" in obj:
                 if not isinstance(obj["prompt"], str) or not obj["prompt"]:

@@ -190,7 +190,7 @@ def parse_hosts(data: Any, file: str = "hosts.yaml") -> list[HostConfig]:
     if isinstance(data, dict):
         unknown = set(data) - {"hosts"}
         if unknown:
-            raise ConfigError(f"unknown key (allowed: hosts)", file=file, key=sorted(map(str, unknown))[0])
+            raise ConfigError("unknown key (allowed: hosts)", file=file, key=sorted(map(str, unknown))[0])
         data = data.get("hosts")
     if not isinstance(data, list) or not data:
         raise ConfigError("must be a non-empty list of hosts", file=file, key=prefix)
