@@ -247,3 +247,28 @@ def test_host_config_is_validated_directly() -> None:
     with pytest.raises(Exception):
         HostConfig(name="x", type="ssh")
     assert HostConfig(name="x", type="ssh", address="h", server_port="auto").server_port == "auto"
+
+
+def test_reap_finds_a_server_whose_pid_was_never_recorded(tmp_path: Path) -> None:
+    """A driver killed between starting a server and writing its pid leaves only the intent record; the server
+    is found through the run id the optimizer planted in its environment, and only that server is stopped."""
+    state = tmp_path / "state"
+    run_dir = state / "run"
+    port = free_port()
+    run_id = "intent-test-" + os.urandom(4).hex()
+    _proc.write_json_atomic(run_dir / f"{port}.json", {"intent": True, "run_id": run_id, "port": port,
+                                                        "boot_id": _proc.boot_id(), "bind_host": "127.0.0.1"})
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    orphan = subprocess.Popen(sleeper, start_new_session=True, env={**os.environ, _proc.RUN_ID_ENV: run_id})
+    other = subprocess.Popen(sleeper, start_new_session=True,
+                             env={**os.environ, _proc.RUN_ID_ENV: run_id + "-other"})
+    try:
+        wait_for(lambda: _proc.groups_with_run_id(run_id) == [orphan.pid], 5.0, "the orphan to be visible")
+        assert LocalHost("local", state).reap_orphans() == [orphan.pid]
+        assert orphan.wait(5) is not None
+        assert other.poll() is None, "stopped a process of another launch"
+        assert not list(run_dir.glob("*.json"))
+    finally:
+        for p in (orphan, other):
+            p.kill()
+            p.wait()

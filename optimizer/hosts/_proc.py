@@ -208,6 +208,30 @@ def record_members(rec: dict) -> list[int]:
     return group_members(pgid, min_start=int(started))
 
 
+#: Environment variable carrying a launch's run id into the server: how an intent record (written before the
+#: server's pid is known) finds its server if the driver died in between. Only the optimizer plants it.
+RUN_ID_ENV = "SGLANG_OPTIMIZER_RUN_ID"
+
+
+def groups_with_run_id(run_id: str) -> list[int]:
+    """Process groups of the live processes whose environment carries ``RUN_ID_ENV=run_id``."""
+    token = f"{RUN_ID_ENV}={run_id}".encode()
+    groups = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if token not in f.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        st = proc_stat(int(entry))
+        if st is not None and st[0] not in ("Z", "X") and st[1] > 1:
+            groups.add(st[1])
+    return sorted(groups)
+
+
 def reap(run_dir: Path, timeout_s: float = 30.0, port_timeout_s: float = 30.0,
          skip_pgids: tuple[int, ...] = ()) -> list[int]:
     """Stop the servers recorded in ``run_dir/*.json``, wait for their ports, remove the files; return pgids.
@@ -223,6 +247,14 @@ def reap(run_dir: Path, timeout_s: float = 30.0, port_timeout_s: float = 30.0,
             path.unlink(missing_ok=True)
             continue
         if rec.get("pgid") in skip_pgids:
+            continue
+        if "pid" not in rec and rec.get("run_id") and rec.get("boot_id") == boot_id():
+            # An intent record: the driver died between starting the server and recording its pid.
+            for pgid in groups_with_run_id(str(rec["run_id"])):
+                if pgid not in skip_pgids:
+                    stop_group(pgid, timeout_s)
+                    reaped.append(pgid)
+            path.unlink(missing_ok=True)
             continue
         if record_members(rec):
             pgid = int(rec["pgid"])

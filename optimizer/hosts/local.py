@@ -144,6 +144,11 @@ class LocalHost(Host):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         pid_file = self.run_dir / f"{port}.json"
+        run_id = uuid.uuid4().hex
+        full_env[_proc.RUN_ID_ENV] = run_id
+        # Intent first: a driver killed before the pid is recorded still leaves what finds the server.
+        _proc.write_json_atomic(pid_file, {"intent": True, "run_id": run_id, "port": port, "boot_id": _proc.boot_id(),
+                                           "bind_host": self.server_host, "driver_pid": os.getpid()})
         with open(log_path, "ab", buffering=0) as logf:
             try:
                 proc = subprocess.Popen(
@@ -157,11 +162,12 @@ class LocalHost(Host):
                     close_fds=True,
                 )
             except OSError as e:
+                pid_file.unlink(missing_ok=True)
                 raise HostError(f"{self.name}: cannot start {argv[0]!r}: {e}", host=self.name) from e
         rec = _proc.pid_record(
             proc.pid,
             argv=argv,
-            run_id=uuid.uuid4().hex,
+            run_id=run_id,
             port=port,
             bind_host=self.server_host,
             log_path=str(log_path.absolute()),
