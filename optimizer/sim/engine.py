@@ -305,6 +305,10 @@ class Engine:
                 self._window_steps = 0
                 self._window_start = mono
             if not self.running and not self.waiting:
+                # Going idle: the partial window is the last throughput the server saw (short bursts included).
+                span = mono - self._window_start
+                if self._window_tokens and span > 0:
+                    self.last_gen_throughput = self._window_tokens / span
                 self._window_start = time.monotonic()
                 self._window_tokens = 0
                 self._window_steps = 0
