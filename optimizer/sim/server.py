@@ -282,11 +282,7 @@ def build_app(st: State) -> Starlette:
         bad = not_ready()
         if bad is not None:
             return bad
-        category = body.get("category")
-        if category not in ("chat", "code", "math", "summarization"):
-            category = classify(text)
-        req = eng.new_request(category, max_tokens, prompt_tokens, text)
-        eng.submit(req)
+        req = _submit(body, text, max_tokens, prompt_tokens)
         stream = bool(body.get("stream"))
         usage_opt = body.get("stream_options") or {}
         include_usage = bool(usage_opt.get("include_usage")) if isinstance(usage_opt, dict) else False
@@ -329,6 +325,15 @@ def build_app(st: State) -> Starlette:
         finally:
             if not req.done:
                 eng.cancel(req)
+
+    def _submit(body: dict, text: str, max_tokens: int, prompt_tokens: int) -> Request:
+        """Queue a request; its category (which sets acceptance) comes from the body or from the prompt's text."""
+        category = body.get("category")
+        if category not in ("chat", "code", "math", "summarization"):
+            category = classify(text)
+        req = eng.new_request(category, max_tokens, prompt_tokens, text)
+        eng.submit(req)
+        return req
 
     def _stream_end(head: bytes, req: Request, include_usage: bool, *, details: bool) -> list[bytes]:
         """The usage chunk (``choices: []``; chat adds ``prompt_tokens_details`` as recorded) and ``[DONE]``."""
@@ -448,11 +453,7 @@ def build_app(st: State) -> Starlette:
         else:
             text = text if isinstance(text, str) else " ".join(map(str, text))
             prompt_tokens = max(1, count_tokens(text))
-        category = body.get("category")
-        if category not in ("chat", "code", "math", "summarization"):
-            category = classify(text)
-        req = eng.new_request(category, max_tokens, prompt_tokens, text)
-        eng.submit(req)
+        req = _submit(body, text, max_tokens, prompt_tokens)
         if body.get("stream"):
             async def gen() -> AsyncIterator[bytes]:
                 while True:
