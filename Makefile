@@ -16,7 +16,7 @@ PORT     ?= 8080
 # A demo-sized benchmark per trial (the simulator boots a 12-minute profile in ~2 s); override for real runs.
 DEMO_ARGS ?= --max-tokens 64 --chunks 4 --requests-per-chunk 2 --boot-timeout 30
 
-.PHONY: install optimize test bench dashboard report export status clean system-deps help
+.PHONY: install optimize test lint bench dashboard report export status clean system-deps help
 
 help:
 	@echo "make optimize   run a demo study on the bundled simulator (STUDY= TRIALS= SPACE= PROFILE= SEED= HOSTS=)"
@@ -49,11 +49,16 @@ optimize: $(STAMP)
 	$(BIN)/python -m optimizer optimize --study $(STUDY) --trials $(TRIALS) --space $(SPACE) \
 	  --profile $(PROFILE) --seed $(SEED) --executor $(EXECUTOR) $(if $(HOSTS),--hosts $(HOSTS)) $(DEMO_ARGS) $(ARGS)
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps lint
 	$(BIN)/python -m pytest -q $(ARGS)
 
+# ruff (configured in pyproject.toml): lint and formatting, checked before the tests.
+lint: $(STAMP)
+	$(BIN)/ruff check optimizer benchmarks tests tools
+	$(BIN)/ruff format --check optimizer benchmarks tests tools
+
 bench: $(STAMP)
-	$(BIN)/python -m bench.run $(ARGS)
+	$(BIN)/python -m benchmarks.run $(ARGS)
 
 dashboard: $(STAMP)
 	$(BIN)/python -m optimizer dashboard --study $(STUDY) --host 127.0.0.1 --port $(PORT)

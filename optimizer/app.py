@@ -20,8 +20,9 @@ def open_existing(cfg: StudyConfig) -> optuna.Study:
 
     storage_url = cfg.storage_url
     if "://" not in storage_url and not Path(storage_url).exists():
-        raise ConfigError(f"no study storage at {storage_url} (run 'make optimize STUDY={cfg.study}' first)",
-                          key="study")
+        raise ConfigError(
+            f"no study storage at {storage_url} (run 'make optimize STUDY={cfg.study}' first)", key="study"
+        )
     try:
         return optuna.load_study(study_name=cfg.study, storage=open_storage(storage_url))
     except KeyError:
@@ -33,8 +34,9 @@ def read_hosts(path: str | Path) -> list:
     try:
         return load_hosts(path)
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"cannot be read (not UTF-8 text: {exc.reason} at byte {exc.start})",
-                          file=str(path)) from None
+        raise ConfigError(
+            f"cannot be read (not UTF-8 text: {exc.reason} at byte {exc.start})", file=str(path)
+        ) from None
 
 
 def make_progress(plain: bool) -> Any:
@@ -83,8 +85,10 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
     best = summary.get("best")
     if best:
         gain = best.get("gain_over_baseline")
-        print(f"\nbest: trial {best['trial']} {best['config']}: {best['tok_per_s']:.1f} tok/s"
-              + (f" ({gain:+.1%} over the baseline)" if gain is not None else ""))
+        print(
+            f"\nbest: trial {best['trial']} {best['config']}: {best['tok_per_s']:.1f} tok/s"
+            + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
+        )
         print(f"wrote {cfg.study_dir}/best.yaml and best.env in {time.time() - t0:.0f} s")
     else:
         print("no feasible trial yet")
@@ -103,10 +107,16 @@ def print_table(study: optuna.Study) -> None:
         for col in ("trial", "config", "outcome", "tok/s", "accept", "boot s", "host", "reason"):
             table.add_column(col, overflow="fold")
         for r in rows:
-            table.add_row(str(r["trial"]), r["config"], r["outcome"],
-                          "" if r["tok_per_s"] is None else f"{r['tok_per_s']:.1f}",
-                          "" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
-                          "" if r["boot_s"] is None else f"{r['boot_s']:.1f}", r["host"], str(r["reason"])[:80])
+            table.add_row(
+                str(r["trial"]),
+                r["config"],
+                r["outcome"],
+                "" if r["tok_per_s"] is None else f"{r['tok_per_s']:.1f}",
+                "" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
+                "" if r["boot_s"] is None else f"{r['boot_s']:.1f}",
+                r["host"],
+                str(r["reason"])[:80],
+            )
         Console(width=160).print(table)
     except ImportError:  # pragma: no cover
         for r in rows:

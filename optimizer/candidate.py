@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -31,7 +32,7 @@ class Candidate:
     def is_baseline(self) -> bool:
         return rules.algorithm(self.flags) is None
 
-    def normalized(self, *, architecture: str | None = None) -> "Candidate":
+    def normalized(self, *, architecture: str | None = None) -> Candidate:
         flags, _ = rules.normalize(self.flags, architecture=architecture)
         return Candidate(flags=dict(sorted(flags.items())), env=_clean_env(self.env))
 

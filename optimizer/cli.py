@@ -34,8 +34,15 @@ def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
     elif a.profile or a.time_scale or a.step_scale:
         from .settings import SIM_PROFILE_DEFAULT
 
-        cmd = ["{python}", "-m", "optimizer.sim", "--sim-profile", a.profile or SIM_PROFILE_DEFAULT,
-               "--sim-time-scale", str(a.time_scale or 0.003)]
+        cmd = [
+            "{python}",
+            "-m",
+            "optimizer.sim",
+            "--sim-profile",
+            a.profile or SIM_PROFILE_DEFAULT,
+            "--sim-time-scale",
+            str(a.time_scale or 0.003),
+        ]
         if a.step_scale:
             cmd += ["--sim-step-scale", str(a.step_scale)]
         o["server.command"] = cmd
@@ -46,8 +53,10 @@ def _add_study_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="study file (YAML); flags below override it")
     p.add_argument("--study", help="study name (default: demo)")
     p.add_argument("--studies-dir", help="where studies live (default: studies)")
-    p.add_argument("--storage", help="Optuna storage: a journal file path or an SQLAlchemy URL "
-                                     "(default: studies/<study>/journal.log)")
+    p.add_argument(
+        "--storage",
+        help="Optuna storage: a journal file path or an SQLAlchemy URL (default: studies/<study>/journal.log)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,8 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sampler", choices=["tpe", "random", "tpe-plain"])
     p.add_argument("--pruner", choices=["ratio", "wilcoxon", "median", "none"])
     p.add_argument("--seed", type=int)
-    p.add_argument("--server-command", help="server command before the trial's flags, e.g. "
-                                            "'python3 -m sglang.launch_server' ({python} = the host's Python)")
+    p.add_argument(
+        "--server-command",
+        help="server command before the trial's flags, e.g. "
+        "'python3 -m sglang.launch_server' ({python} = the host's Python)",
+    )
     p.add_argument("--profile", help="simulator profile (when the server is the bundled simulator)")
     p.add_argument("--time-scale", type=float, help="simulator boot-time scale")
     p.add_argument("--step-scale", type=float, help="simulator decode-step-time scale")
@@ -77,14 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests-per-chunk", type=int)
     p.add_argument("--prompts", help="'builtin', a JSONL file or a ShareGPT JSON file")
     p.add_argument("--boot-timeout", type=float, help="seconds before a silent boot counts as a hang")
-    p.add_argument("--executor", choices=["ray", "thread"], default="ray",
-                   help="run trials in Ray actors (default) or in threads of this process")
+    p.add_argument(
+        "--executor",
+        choices=["ray", "thread"],
+        default="ray",
+        help="run trials in Ray actors (default) or in threads of this process",
+    )
     p.add_argument("--ray-address", help="connect to a running Ray cluster instead of starting one")
     p.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
 
-    for name, text in (("export", "rewrite best.yaml, best.env and summary.json from storage"),
-                       ("status", "print the trial table of a study"),
-                       ("report", "write studies/<study>/report.html (plotly, offline)")):
+    for name, text in (
+        ("export", "rewrite best.yaml, best.env and summary.json from storage"),
+        ("status", "print the trial table of a study"),
+        ("report", "write studies/<study>/report.html (plotly, offline)"),
+    ):
         q = sub.add_parser(name, help=text)
         _add_study_args(q)
     d = sub.add_parser("dashboard", help="serve optuna-dashboard for a study on 127.0.0.1")
@@ -112,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
 def _load(args: argparse.Namespace) -> Any:
     from .settings import load_study
 
-    overrides = _study_overrides(args) if args.command == "optimize" else {
-        "study": args.study, "storage": args.storage, "studies_dir": args.studies_dir}
+    overrides = (
+        _study_overrides(args)
+        if args.command == "optimize"
+        else {"study": args.study, "storage": args.storage, "studies_dir": args.studies_dir}
+    )
     return load_study(args.config, overrides)
 
 
@@ -131,8 +152,10 @@ def _run(args: argparse.Namespace) -> int:
 
         summary = export_study(study, cfg.study_dir)
         best = summary.get("best")
-        print(f"wrote {cfg.study_dir}/best.yaml, best.env, summary.json"
-              + (f" (best: trial {best['trial']}, {best['tok_per_s']:.1f} tok/s)" if best else " (no feasible trial)"))
+        print(
+            f"wrote {cfg.study_dir}/best.yaml, best.env, summary.json"
+            + (f" (best: trial {best['trial']}, {best['tok_per_s']:.1f} tok/s)" if best else " (no feasible trial)")
+        )
         return 0
     if args.command == "status":
         from .app import print_table

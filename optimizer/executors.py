@@ -10,8 +10,9 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .events import TrialResult
 from .hosts.config import HostConfig, make_host
@@ -22,8 +23,14 @@ def _safe_run(host: Any, spec: TrialSpec, emit: Any, controls: Controls) -> Tria
     try:
         return run_trial(host, spec, emit, controls)
     except Exception as exc:  # noqa: BLE001 - a bug or host problem must not take the study down
-        return TrialResult(trial=spec.number, host=getattr(host, "name", "?"), status="host_fault", kind="error",
-                           reason=f"{type(exc).__name__}: {exc}", log_tail=traceback.format_exc()[-3000:])
+        return TrialResult(
+            trial=spec.number,
+            host=getattr(host, "name", "?"),
+            status="host_fault",
+            kind="error",
+            reason=f"{type(exc).__name__}: {exc}",
+            log_tail=traceback.format_exc()[-3000:],
+        )
 
 
 def _kill_current(host: Any) -> None:
@@ -111,8 +118,9 @@ class RayExecutor:
     it a ``type: local`` entry in the hosts file: its actor then runs on the GPU node and starts the server there.
     SSH hosts' actors run wherever the resource is (by default on the driver's node)."""
 
-    def __init__(self, hosts: list[HostConfig], state_dir: Path, *, address: str | None = None,
-                 num_cpus: int = 2) -> None:
+    def __init__(
+        self, hosts: list[HostConfig], state_dir: Path, *, address: str | None = None, num_cpus: int = 2
+    ) -> None:
         import ray
 
         self.ray = ray
@@ -123,8 +131,12 @@ class RayExecutor:
             if address:
                 ray.init(address=address, log_to_driver=False)
             else:
-                ray.init(num_cpus=num_cpus, resources={_host_resource(h.name): 1 for h in hosts},
-                         include_dashboard=False, log_to_driver=False)
+                ray.init(
+                    num_cpus=num_cpus,
+                    resources={_host_resource(h.name): 1 for h in hosts},
+                    include_dashboard=False,
+                    log_to_driver=False,
+                )
         else:
             self._ensure_resources(hosts)
         self.actors: dict[str, Any] = {}
@@ -138,15 +150,19 @@ class RayExecutor:
         missing = [h.name for h in hosts if _host_resource(h.name) not in have]
         if missing:
             raise RuntimeError(
-                "the running Ray runtime has no resource for hosts " + ", ".join(missing)
+                "the running Ray runtime has no resource for hosts "
+                + ", ".join(missing)
                 + "; start it with resources={'host:<name>': 1} for each host"
             )
 
     def _new_actor(self, cfg: HostConfig) -> Any:
         actor_cls = self.ray.remote(HostActor)
         return actor_cls.options(
-            num_cpus=0, resources={_host_resource(cfg.name): 1}, max_concurrency=4,
-            name=None, max_restarts=0,
+            num_cpus=0,
+            resources={_host_resource(cfg.name): 1},
+            max_concurrency=4,
+            name=None,
+            max_restarts=0,
         ).remote(cfg.model_dump(), str(self.state_dir / "hosts" / cfg.name))
 
     def host_names(self) -> list[str]:
@@ -157,8 +173,7 @@ class RayExecutor:
         with self.lock:
             self.running[spec.number] = host
         gen = actor.run.options(num_returns="streaming").remote(spec)
-        threading.Thread(target=self._pump, args=(host, spec, gen), name=f"pump-{spec.number}",
-                         daemon=True).start()
+        threading.Thread(target=self._pump, args=(host, spec, gen), name=f"pump-{spec.number}", daemon=True).start()
 
     def _pump(self, host: str, spec: TrialSpec, gen: Any) -> None:
         got_result = False
@@ -184,8 +199,9 @@ class RayExecutor:
             if not got_result:
                 stopped = f" (its server was stopped: {reaped})" if reaped else ""
                 reason = f"Ray actor for host {host} died{stopped}: {type(exc).__name__}: {exc}"
-                self.events.put(TrialResult(trial=spec.number, host=host, status="host_fault", kind="actor_died",
-                                            reason=reason))
+                self.events.put(
+                    TrialResult(trial=spec.number, host=host, status="host_fault", kind="actor_died", reason=reason)
+                )
         finally:
             with self.lock:
                 self.running.pop(spec.number, None)
@@ -246,8 +262,9 @@ class HostActor:
         q: queue.Queue = queue.Queue()
         controls = Controls()
         self.controls[spec.number] = controls
-        th = threading.Thread(target=lambda: q.put(("result", _safe_run(self.host, spec, q.put, controls))),
-                              daemon=True)
+        th = threading.Thread(
+            target=lambda: q.put(("result", _safe_run(self.host, spec, q.put, controls))), daemon=True
+        )
         th.start()
         try:
             while True:

@@ -62,8 +62,7 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         + f"\n# Written by sglang-spec-optimizer {__version__} on {summary['exported']}."
         + "\n# Use: python -m sglang.launch_server --config best.yaml  (source best.env first for NCCL settings)\n"
     )
-    (out_dir / "best.yaml").write_text(header + yaml.safe_dump(redact_mapping(cand.config_mapping()),
-                                                                 sort_keys=False))
+    (out_dir / "best.yaml").write_text(header + yaml.safe_dump(redact_mapping(cand.config_mapping()), sort_keys=False))
     env_text = "# NCCL and other environment settings of the best trial (SGLang's --config cannot hold them)\n"
     env_text += Candidate(env=redact_mapping(dict(cand.env))).env_exports()
     (out_dir / "best.env").write_text(env_text)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import ast
 import operator
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 ALIASES = {
     "steps": "speculative_num_steps",
@@ -63,9 +64,23 @@ def compile_expr(text: str) -> ast.Expression:
         if not isinstance(
             node,
             (
-                ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
-                ast.BinOp, ast.Compare, ast.Name, ast.Load, ast.Constant, ast.Tuple, ast.List,
-                *_BIN, *_CMP,
+                ast.Expression,
+                ast.BoolOp,
+                ast.And,
+                ast.Or,
+                ast.UnaryOp,
+                ast.Not,
+                ast.USub,
+                ast.UAdd,
+                ast.BinOp,
+                ast.Compare,
+                ast.Name,
+                ast.Load,
+                ast.Constant,
+                ast.Tuple,
+                ast.List,
+                *_BIN,
+                *_CMP,
             ),
         ):
             raise ExprError(

@@ -19,9 +19,10 @@ import re
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -77,8 +78,16 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("boot_s", "boot", "s"),
 )
 
-BOOT_PHASES = ("server_args", "dist_init", "weights_loaded", "memory_pool", "cuda_graph_begin", "cuda_graph_end",
-               "http_up", "ready_line")
+BOOT_PHASES = (
+    "server_args",
+    "dist_init",
+    "weights_loaded",
+    "memory_pool",
+    "cuda_graph_begin",
+    "cuda_graph_end",
+    "http_up",
+    "ready_line",
+)
 
 
 # ---------------------------------------------------------------------------------------------- redaction
@@ -159,8 +168,10 @@ def outcome(frozen: FrozenTrial) -> str:
 
 def boot_rows(phases: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     """(phase, seconds since launch, seconds since the previous phase), in time order."""
-    items = sorted(((str(k), float(v)) for k, v in (phases or {}).items() if isinstance(v, (int, float))),
-                   key=lambda kv: (kv[1], BOOT_PHASES.index(kv[0]) if kv[0] in BOOT_PHASES else 99))
+    items = sorted(
+        ((str(k), float(v)) for k, v in (phases or {}).items() if isinstance(v, (int, float))),
+        key=lambda kv: (kv[1], BOOT_PHASES.index(kv[0]) if kv[0] in BOOT_PHASES else 99),
+    )
     out, prev = [], 0.0
     for name, at in items:
         out.append((name, at, max(0.0, at - prev)))
@@ -168,8 +179,13 @@ def boot_rows(phases: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     return out
 
 
-def note_markdown(frozen: FrozenTrial, *, baseline_tok_per_s: float | None = None,
-                  artifacts: list[dict[str, str]] | None = None, study_id: int | None = None) -> str:
+def note_markdown(
+    frozen: FrozenTrial,
+    *,
+    baseline_tok_per_s: float | None = None,
+    artifacts: list[dict[str, str]] | None = None,
+    study_id: int | None = None,
+) -> str:
     """The trial's note: configuration, metrics, boot time by phase, failure reason and log tail, artifacts."""
     ua = frozen.user_attrs
     oc = outcome(frozen)
@@ -189,16 +205,24 @@ def note_markdown(frozen: FrozenTrial, *, baseline_tok_per_s: float | None = Non
     value = ua.get("tok_per_s")
     if value is None and oc == "complete" and frozen.value is not None:
         value = frozen.value
-    if isinstance(value, (int, float)) and oc in ("complete", "duplicate") and baseline_tok_per_s \
-            and not ua.get("baseline"):
+    if (
+        isinstance(value, (int, float))
+        and oc in ("complete", "duplicate")
+        and baseline_tok_per_s
+        and not ua.get("baseline")
+    ):
         gain = value / baseline_tok_per_s - 1.0
         lines += [f"**{value:.1f} tok/s**, {gain:+.1%} against the baseline ({baseline_tok_per_s:.1f} tok/s)", ""]
     elif isinstance(value, (int, float)) and oc in ("complete", "duplicate"):
         lines += [f"**{value:.1f} tok/s**", ""]
     elif isinstance(value, (int, float)):
         chunks = ua.get("chunks_run")
-        lines += [f"Measured {value:.1f} tok/s" + (f" over {chunks} chunk(s)" if chunks else "")
-                  + f" before it stopped ({oc}); not a result.", ""]
+        lines += [
+            f"Measured {value:.1f} tok/s"
+            + (f" over {chunks} chunk(s)" if chunks else "")
+            + f" before it stopped ({oc}); not a result.",
+            "",
+        ]
     if ua.get("duplicate_of") is not None:
         lines += [f"Duplicate of trial {ua['duplicate_of']} after SGLang's normalisation: not launched again.", ""]
 
@@ -213,10 +237,13 @@ def note_markdown(frozen: FrozenTrial, *, baseline_tok_per_s: float | None = Non
             lines += ["Server log (tail):", ""] + _code(redact_log(tidy_tail(str(ua["log_tail"]))))
     if oc == "pruned" or ua.get("pruned_at_chunk") is not None:
         at = ua.get("pruned_at_chunk")
-        lines += [f"Pruned{f' after chunk {at}' if at is not None else ''}: its chunks were slower than the "
-                  "trials it was compared with.", ""]
+        lines += [
+            f"Pruned{f' after chunk {at}' if at is not None else ''}: its chunks were slower than the "
+            "trials it was compared with.",
+            "",
+        ]
 
-    constraints = {k[len("constraint:"):]: v for k, v in ua.items() if k.startswith("constraint:")}
+    constraints = {k[len("constraint:") :]: v for k, v in ua.items() if k.startswith("constraint:")}
     if constraints and all(isinstance(v, (int, float)) and v <= 0 for v in constraints.values()):
         lines += ["Constraints satisfied: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(constraints.items())), ""]
     elif constraints:
@@ -245,16 +272,20 @@ def note_markdown(frozen: FrozenTrial, *, baseline_tok_per_s: float | None = Non
     phases = boot_rows(ua.get("boot_phases") or {})
     if phases:
         total = ua.get("boot_s")
-        lines += ["### Boot time by phase" + (f" ({float(total):.1f} s)" if isinstance(total, (int, float)) else ""),
-                  ""]
+        lines += [
+            "### Boot time by phase" + (f" ({float(total):.1f} s)" if isinstance(total, (int, float)) else ""),
+            "",
+        ]
         longest = max(d for _, _, d in phases) or 1.0
-        lines += _table(("phase", "at (s)", "took (s)", ""),
-                        [(n, round(at, 2), round(d, 2), "█" * max(0, round(12 * d / longest))) for n, at, d in phases])
+        lines += _table(
+            ("phase", "at (s)", "took (s)", ""),
+            [(n, round(at, 2), round(d, 2), "█" * max(0, round(12 * d / longest))) for n, at, d in phases],
+        )
 
     if artifacts:
         lines += ["### Artifacts", ""]
         for a in artifacts:
-            url = (f"/artifacts/{study_id}/{frozen._trial_id}/{a['artifact_id']}" if study_id is not None else "")
+            url = f"/artifacts/{study_id}/{frozen._trial_id}/{a['artifact_id']}" if study_id is not None else ""
             lines.append(f"- [{a['filename']}]({url})" if url else f"- {a['filename']}")
         lines.append("")
     for key in ("log_path", "records_path"):
@@ -279,12 +310,15 @@ def study_note_markdown(study: optuna.Study) -> str:
     best = best_trial(study)
     if best is not None:
         gain = f", {best.value / base - 1:+.1%} against the baseline" if base else ""
-        lines += [f"**Best:** trial {best.number}, {best.user_attrs.get('config', '')}: "
-                  f"**{best.value:.1f} tok/s**{gain}", ""]
+        lines += [
+            f"**Best:** trial {best.number}, {best.user_attrs.get('config', '')}: **{best.value:.1f} tok/s**{gain}",
+            "",
+        ]
         flags = redact_attrs(best.user_attrs.get("flags") or {})
         if flags:
-            lines += _code(" ".join(f"--{k} {v}" if not str(k).startswith("-") else f"{k} {v}"
-                                    for k, v in flags.items()), "bash")
+            lines += _code(
+                " ".join(f"--{k} {v}" if not str(k).startswith("-") else f"{k} {v}" for k, v in flags.items()), "bash"
+            )
     else:
         lines += ["No feasible trial yet.", ""]
     if base:
@@ -380,17 +414,20 @@ def attach_artifacts(study: optuna.Study, trial: optuna.Trial | FrozenTrial, cfg
             with tempfile.TemporaryDirectory() as tmp:
                 path = Path(tmp) / name
                 path.write_bytes(data)
-                upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial,
-                                storage=study._storage)
+                upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, storage=study._storage)
             continue
         artifact_id = str(uuid.uuid4())
         mimetype, encoding = mimetypes.guess_type(name)
         store.write(artifact_id, io.BytesIO(data))
-        meta = {"artifact_id": artifact_id, "filename": name,
-                "mimetype": mimetype or ("text/plain" if name.endswith(".log") else "application/octet-stream"),
-                "encoding": encoding}
-        study._storage.set_study_system_attr(study._study_id, f"{DASHBOARD_ARTIFACT_PREFIX}{trial_id}:{artifact_id}",
-                                             json.dumps(meta))
+        meta = {
+            "artifact_id": artifact_id,
+            "filename": name,
+            "mimetype": mimetype or ("text/plain" if name.endswith(".log") else "application/octet-stream"),
+            "encoding": encoding,
+        }
+        study._storage.set_study_system_attr(
+            study._study_id, f"{DASHBOARD_ARTIFACT_PREFIX}{trial_id}:{artifact_id}", json.dumps(meta)
+        )
     return trial_artifacts(study, trial_id)
 
 
@@ -407,7 +444,6 @@ def annotate(study: optuna.Study, frozen: FrozenTrial, cfg: Any) -> None:
     body = note_markdown(frozen, baseline_tok_per_s=base, artifacts=artifacts, study_id=study._study_id)
     # save_note only needs the storage, the study and the trial id; an ``optuna.Trial`` would also call the
     # sampler's before_trial hook for a trial that is already over.
-    optuna_dashboard.save_note(SimpleNamespace(storage=study._storage, study=study, _trial_id=frozen._trial_id),
-                               body)
+    optuna_dashboard.save_note(SimpleNamespace(storage=study._storage, study=study, _trial_id=frozen._trial_id), body)
     if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
         optuna_dashboard.save_note(study, study_note_markdown(study))

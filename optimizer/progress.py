@@ -24,15 +24,33 @@ from .study import Progress, baseline_trial, best_trial, feasible
 MAX_REFRESH_PER_SECOND = 4.0
 
 PHASE_LABELS = {
-    "idle": "idle", "stopping": "stopping", "starting": "starting", "booting": "booting",
-    "warming_up": "warming up", "benchmarking": "benchmarking", "stopping_server": "stopping", "done": "done",
+    "idle": "idle",
+    "stopping": "stopping",
+    "starting": "starting",
+    "booting": "booting",
+    "warming_up": "warming up",
+    "benchmarking": "benchmarking",
+    "stopping_server": "stopping",
+    "done": "done",
 }
 PHASE_STYLES = {
-    "idle": "dim", "stopping": "yellow", "stopping_server": "yellow", "starting": "cyan", "booting": "cyan",
-    "warming_up": "magenta", "benchmarking": "bold green", "done": "dim",
+    "idle": "dim",
+    "stopping": "yellow",
+    "stopping_server": "yellow",
+    "starting": "cyan",
+    "booting": "cyan",
+    "warming_up": "magenta",
+    "benchmarking": "bold green",
+    "done": "dim",
 }
-OUTCOME_STYLES = {"complete": "green", "pruned": "yellow", "infeasible": "red", "failed": "magenta",
-                  "duplicate": "dim", "interrupted": "yellow"}
+OUTCOME_STYLES = {
+    "complete": "green",
+    "pruned": "yellow",
+    "infeasible": "red",
+    "failed": "magenta",
+    "duplicate": "dim",
+    "interrupted": "yellow",
+}
 
 
 def fmt_duration(s: float | None) -> str:
@@ -86,10 +104,19 @@ class RichProgress(Progress):
         self.driver = driver
         self.t0 = getattr(driver, "t0", time.time())
         self._update(driver)
-        self.console.print(f"study [bold]{driver.cfg.study}[/]: {self.snap.left} launch(es) left on "
-                           f"{len(driver.hosts)} host(s); storage {driver.cfg.storage_url}", highlight=False)
-        self.live = Live(console=self.console, get_renderable=self.render, refresh_per_second=self.refresh_per_second,
-                         transient=False, redirect_stdout=True, redirect_stderr=True)
+        self.console.print(
+            f"study [bold]{driver.cfg.study}[/]: {self.snap.left} launch(es) left on "
+            f"{len(driver.hosts)} host(s); storage {driver.cfg.storage_url}",
+            highlight=False,
+        )
+        self.live = Live(
+            console=self.console,
+            get_renderable=self.render,
+            refresh_per_second=self.refresh_per_second,
+            transient=False,
+            redirect_stdout=True,
+            redirect_stderr=True,
+        )
         self.live.start()
 
     def event(self, driver: Any, ev: Any) -> None:
@@ -186,10 +213,14 @@ class RichProgress(Progress):
         except RuntimeError:  # changed size while copied: the next refresh gets it
             phases = {}
         table = Table(expand=False, box=None, pad_edge=False, header_style="bold")
-        for col, kw in (("host", {"no_wrap": True}), ("phase", {"no_wrap": True}),
-                        ("trial", {"justify": "right", "no_wrap": True}), ("configuration", {"overflow": "fold"}),
-                        ("in phase", {"justify": "right", "no_wrap": True}),
-                        ("last chunk", {"justify": "right", "no_wrap": True})):
+        for col, kw in (
+            ("host", {"no_wrap": True}),
+            ("phase", {"no_wrap": True}),
+            ("trial", {"justify": "right", "no_wrap": True}),
+            ("configuration", {"overflow": "fold"}),
+            ("in phase", {"justify": "right", "no_wrap": True}),
+            ("last chunk", {"justify": "right", "no_wrap": True}),
+        ):
             table.add_column(col, **kw)
         for host in s.hosts or tuple(phases):
             phase, number, since = phases.get(host, ("idle", None, now))
@@ -201,7 +232,8 @@ class RichProgress(Progress):
             detail = s.details.get(host, "") if phase in ("booting", "warming_up") else ""
             detail = detail if len(detail) <= 24 else detail[:23] + "…"
             table.add_row(
-                host, Text(label + (f" ({detail})" if detail else ""), style=style),
+                host,
+                Text(label + (f" ({detail})" if detail else ""), style=style),
                 "" if number is None else str(number),
                 s.configs.get(number, "") if number is not None else "",
                 fmt_duration(now - since) if since else "",

@@ -45,8 +45,9 @@ def chunk_noise(study: optuna.Study, default: float = 0.05) -> float:
 
 
 class RatioToBestPruner(BasePruner):
-    def __init__(self, *, n_startup_trials: int = 2, n_startup_steps: int = 1, min_gap: float = 0.02,
-                 z: float = 2.5) -> None:
+    def __init__(
+        self, *, n_startup_trials: int = 2, n_startup_steps: int = 1, min_gap: float = 0.02, z: float = 2.5
+    ) -> None:
         self.n_startup_trials = n_startup_trials
         self.n_startup_steps = n_startup_steps
         self.min_gap = min_gap
@@ -90,24 +91,29 @@ class GuardedPruner(BasePruner):
         best = _best_complete(study, trial)
         if best is None:
             return True
-        pairs = [(v, best.intermediate_values[s]) for s, v in trial.intermediate_values.items()
-                 if s in best.intermediate_values and best.intermediate_values[s] > 0]
+        pairs = [
+            (v, best.intermediate_values[s])
+            for s, v in trial.intermediate_values.items()
+            if s in best.intermediate_values and best.intermediate_values[s] > 0
+        ]
         if not pairs:
             return True
         return statistics.fmean(v / r for v, r in pairs) < 1.0 - self.min_gap
 
 
-def make_pruner(name: str, *, p_threshold: float = 0.1, n_startup_steps: int = 1, n_startup_trials: int = 2,
-                min_gap: float = 0.02) -> BasePruner:
+def make_pruner(
+    name: str, *, p_threshold: float = 0.1, n_startup_steps: int = 1, n_startup_trials: int = 2, min_gap: float = 0.02
+) -> BasePruner:
     if name == "none":
         return optuna.pruners.NopPruner()
     if name == "ratio":
-        return RatioToBestPruner(n_startup_trials=n_startup_trials, n_startup_steps=n_startup_steps,
-                                 min_gap=min_gap)
+        return RatioToBestPruner(n_startup_trials=n_startup_trials, n_startup_steps=n_startup_steps, min_gap=min_gap)
     if name == "wilcoxon":
-        return GuardedPruner(optuna.pruners.WilcoxonPruner(p_threshold=p_threshold,
-                                                           n_startup_steps=n_startup_steps), min_gap)
+        return GuardedPruner(
+            optuna.pruners.WilcoxonPruner(p_threshold=p_threshold, n_startup_steps=n_startup_steps), min_gap
+        )
     if name == "median":
-        return GuardedPruner(optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials,
-                                                         n_warmup_steps=n_startup_steps), min_gap)
+        return GuardedPruner(
+            optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials, n_warmup_steps=n_startup_steps), min_gap
+        )
     raise ValueError(f"unknown pruner {name!r}")

@@ -4,7 +4,8 @@ replaced, and so are strings that look like bearer tokens or private keys."""
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Names like HF_TOKEN, api-key, DB_PASSWORD, aws_secret_access_key; not max-tokens or num-draft-tokens.
 SECRET_KEY = re.compile(

@@ -13,8 +13,9 @@ import datetime as dt
 import html
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 import plotly.graph_objects as go
@@ -25,12 +26,19 @@ from .study import baseline_trial, best_trial, feasible
 
 STEPS, TOPK = "speculative-num-steps", "speculative-eagle-topk"
 OUTCOME_COLORS = {
-    "complete": "#2e7d32", "pruned": "#f9a825", "infeasible": "#c62828", "duplicate": "#90a4ae",
-    "failed": "#6a1b9a", "interrupted": "#8d6e63", "running": "#1565c0", "waiting": "#b0bec5",
+    "complete": "#2e7d32",
+    "pruned": "#f9a825",
+    "infeasible": "#c62828",
+    "duplicate": "#90a4ae",
+    "failed": "#6a1b9a",
+    "interrupted": "#8d6e63",
+    "running": "#1565c0",
+    "waiting": "#b0bec5",
 }
 PHASE_COLORS = ("#90caf9", "#64b5f6", "#1e88e5", "#26a69a", "#ffb74d", "#f57c00", "#ab47bc", "#78909c")
-LAYOUT = dict(template="plotly_white", height=430, margin=dict(l=60, r=30, t=80, b=50),
-              title_font_size=15, title_y=0.97)
+LAYOUT = dict(
+    template="plotly_white", height=430, margin=dict(l=60, r=30, t=80, b=50), title_font_size=15, title_y=0.97
+)
 
 
 def _study_view(study: optuna.Study, trials: list[FrozenTrial]) -> optuna.Study:
@@ -47,8 +55,11 @@ def _study_view(study: optuna.Study, trials: list[FrozenTrial]) -> optuna.Study:
 
 def _searched(study: optuna.Study) -> list[FrozenTrial]:
     """Feasible, launched speculative trials: what importances, parallel coordinates and contour are about."""
-    return [t for t in study.get_trials(deepcopy=False)
-            if feasible(t) and not t.user_attrs.get("duplicate_of") and not t.user_attrs.get("baseline")]
+    return [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if feasible(t) and not t.user_attrs.get("duplicate_of") and not t.user_attrs.get("baseline")
+    ]
 
 
 def _baseline_value(study: optuna.Study) -> float | None:
@@ -76,11 +87,21 @@ def fig_history(study: optuna.Study) -> go.Figure:
         pts = [(t, v) for t, v in pts if v is not None]
         if not pts:
             continue
-        fig.add_trace(go.Scatter(
-            x=[t.number for t, _ in pts], y=[v for _, v in pts], mode="markers", name=oc,
-            marker=dict(color=OUTCOME_COLORS.get(oc, "#555"), size=10,
-                        symbol="x" if oc in ("infeasible", "failed") else "circle"),
-            text=[_hover(t) for t, _ in pts], hovertemplate="%{text}<br>%{y:.1f} tok/s<extra>" + oc + "</extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[t.number for t, _ in pts],
+                y=[v for _, v in pts],
+                mode="markers",
+                name=oc,
+                marker=dict(
+                    color=OUTCOME_COLORS.get(oc, "#555"),
+                    size=10,
+                    symbol="x" if oc in ("infeasible", "failed") else "circle",
+                ),
+                text=[_hover(t) for t, _ in pts],
+                hovertemplate="%{text}<br>%{y:.1f} tok/s<extra>" + oc + "</extra>",
+            )
+        )
     best, xs, ys = None, [], []
     for t in sorted(trials, key=lambda t: t.number):
         if feasible(t) and not t.user_attrs.get("duplicate_of"):
@@ -92,8 +113,12 @@ def fig_history(study: optuna.Study) -> go.Figure:
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name="best so far", line=dict(color="#1565c0", shape="hv")))
     base = _baseline_value(study)
     if base:
-        fig.add_hline(y=base, line=dict(color="#424242", dash="dash"),
-                      annotation_text=f"baseline (no speculation) {base:.1f} tok/s", annotation_position="bottom right")
+        fig.add_hline(
+            y=base,
+            line=dict(color="#424242", dash="dash"),
+            annotation_text=f"baseline (no speculation) {base:.1f} tok/s",
+            annotation_position="bottom right",
+        )
     fig.update_layout(title="Optimisation history", xaxis_title="trial", yaxis_title="tok/s", **LAYOUT)
     return fig
 
@@ -146,8 +171,9 @@ def fig_parallel(study: optuna.Study) -> go.Figure:
 
 def fig_intermediate(study: optuna.Study) -> go.Figure:
     """Chunk tok/s per trial; a pruned trial's line ends with a marker at the chunk it was stopped after."""
-    trials = [t for t in study.get_trials(deepcopy=False) if t.intermediate_values
-              and not t.user_attrs.get("duplicate_of")]
+    trials = [
+        t for t in study.get_trials(deepcopy=False) if t.intermediate_values and not t.user_attrs.get("duplicate_of")
+    ]
     if not trials:
         raise ValueError("no trial has reported a benchmark chunk yet")
     fig = go.Figure()
@@ -156,27 +182,52 @@ def fig_intermediate(study: optuna.Study) -> go.Figure:
         oc = outcome(t)
         steps = sorted(t.intermediate_values)
         color = OUTCOME_COLORS.get(oc, "#555")
-        fig.add_trace(go.Scatter(
-            x=steps, y=[t.intermediate_values[s] for s in steps], mode="lines+markers", name=oc,
-            legendgroup=oc, showlegend=oc not in shown, line=dict(color=color, width=3 if oc == "pruned" else 1.5),
-            text=[_hover(t)] * len(steps), hovertemplate="%{text}<br>chunk %{x}: %{y:.1f} tok/s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=[t.intermediate_values[s] for s in steps],
+                mode="lines+markers",
+                name=oc,
+                legendgroup=oc,
+                showlegend=oc not in shown,
+                line=dict(color=color, width=3 if oc == "pruned" else 1.5),
+                text=[_hover(t)] * len(steps),
+                hovertemplate="%{text}<br>chunk %{x}: %{y:.1f} tok/s<extra></extra>",
+            )
+        )
         shown.add(oc)
         if oc == "pruned":
             last = steps[-1]
-            fig.add_annotation(x=last, y=t.intermediate_values[last], text=f"#{t.number} pruned", showarrow=True,
-                               arrowhead=2, ax=30, ay=-25, font=dict(color=color))
+            fig.add_annotation(
+                x=last,
+                y=t.intermediate_values[last],
+                text=f"#{t.number} pruned",
+                showarrow=True,
+                arrowhead=2,
+                ax=30,
+                ay=-25,
+                font=dict(color=color),
+            )
     base = _baseline_value(study)
     if base:
         fig.add_hline(y=base, line=dict(color="#424242", dash="dash"), annotation_text="baseline")
-    fig.update_layout(title="Intermediate values: chunk tok/s (what was pruned when)",
-                      xaxis_title="chunk", yaxis_title="tok/s", xaxis=dict(dtick=1), **LAYOUT)
+    fig.update_layout(
+        title="Intermediate values: chunk tok/s (what was pruned when)",
+        xaxis_title="chunk",
+        yaxis_title="tok/s",
+        xaxis=dict(dtick=1),
+        **LAYOUT,
+    )
     return fig
 
 
 def fig_contour(study: optuna.Study) -> go.Figure:
     searched = [t for t in _searched(study) if STEPS in t.params and TOPK in t.params]
-    if len({(t.params[STEPS], t.params[TOPK]) for t in searched}) < 2 or \
-            len({t.params[STEPS] for t in searched}) < 2 or len({t.params[TOPK] for t in searched}) < 2:
+    if (
+        len({(t.params[STEPS], t.params[TOPK]) for t in searched}) < 2
+        or len({t.params[STEPS] for t in searched}) < 2
+        or len({t.params[TOPK] for t in searched}) < 2
+    ):
         raise ValueError("needs feasible trials with at least two values of both steps and topk")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -186,8 +237,13 @@ def fig_contour(study: optuna.Study) -> go.Figure:
 
 
 def fig_accept(study: optuna.Study) -> go.Figure:
-    trials = [t for t in study.get_trials(deepcopy=False) if isinstance(t.user_attrs.get("accept_length"), (int, float))
-              and isinstance(t.user_attrs.get("tok_per_s"), (int, float)) and not t.user_attrs.get("duplicate_of")]
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if isinstance(t.user_attrs.get("accept_length"), (int, float))
+        and isinstance(t.user_attrs.get("tok_per_s"), (int, float))
+        and not t.user_attrs.get("duplicate_of")
+    ]
     if not trials:
         raise ValueError("no trial has measured an accept length yet")
     fig = go.Figure()
@@ -195,25 +251,40 @@ def fig_accept(study: optuna.Study) -> go.Figure:
     for t in trials:
         by.setdefault(outcome(t), []).append(t)
     for oc, ts in by.items():
-        fig.add_trace(go.Scatter(
-            x=[t.user_attrs["accept_length"] for t in ts], y=[t.user_attrs["tok_per_s"] for t in ts],
-            mode="markers+text", name=oc, text=[f"#{t.number}" for t in ts], textposition="top center",
-            marker=dict(size=[8 + 3 * int(t.params.get(STEPS, 1) or 1) for t in ts],
-                        color=OUTCOME_COLORS.get(oc, "#555")),
-            customdata=[_hover(t) for t in ts],
-            hovertemplate="%{customdata}<br>accept %{x:.2f}, %{y:.1f} tok/s<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[t.user_attrs["accept_length"] for t in ts],
+                y=[t.user_attrs["tok_per_s"] for t in ts],
+                mode="markers+text",
+                name=oc,
+                text=[f"#{t.number}" for t in ts],
+                textposition="top center",
+                marker=dict(
+                    size=[8 + 3 * int(t.params.get(STEPS, 1) or 1) for t in ts], color=OUTCOME_COLORS.get(oc, "#555")
+                ),
+                customdata=[_hover(t) for t in ts],
+                hovertemplate="%{customdata}<br>accept %{x:.2f}, %{y:.1f} tok/s<extra></extra>",
+            )
+        )
     base = _baseline_value(study)
     if base:
         fig.add_hline(y=base, line=dict(color="#424242", dash="dash"), annotation_text="baseline")
-    fig.update_layout(title="Accept length against tok/s (marker size = steps)", xaxis_title="accept length",
-                      yaxis_title="tok/s", **LAYOUT)
+    fig.update_layout(
+        title="Accept length against tok/s (marker size = steps)",
+        xaxis_title="accept length",
+        yaxis_title="tok/s",
+        **LAYOUT,
+    )
     return fig
 
 
 def fig_boot(study: optuna.Study) -> go.Figure:
     """Boot time per launched trial, stacked by phase."""
-    trials = [t for t in study.get_trials(deepcopy=False)
-              if t.user_attrs.get("boot_phases") or isinstance(t.user_attrs.get("boot_s"), (int, float))]
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get("boot_phases") or isinstance(t.user_attrs.get("boot_s"), (int, float))
+    ]
     if not trials:
         raise ValueError("no server has booted yet")
     labels = [f"#{t.number}" for t in trials]
@@ -226,25 +297,55 @@ def fig_boot(study: optuna.Study) -> go.Figure:
     fig = go.Figure()
     for i, ph in enumerate(phases):
         ys = [next((d for n, _, d in rows[t.number] if n == ph), 0.0) for t in trials]
-        fig.add_trace(go.Bar(x=labels, y=ys, name=ph, marker_color=PHASE_COLORS[i % len(PHASE_COLORS)],
-                             customdata=[_hover(t) for t in trials],
-                             hovertemplate="%{customdata}<br>" + ph + ": %{y:.1f} s<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=ys,
+                name=ph,
+                marker_color=PHASE_COLORS[i % len(PHASE_COLORS)],
+                customdata=[_hover(t) for t in trials],
+                hovertemplate="%{customdata}<br>" + ph + ": %{y:.1f} s<extra></extra>",
+            )
+        )
     no_phases = [t for t in trials if not rows[t.number]]
     if no_phases:
-        fig.add_trace(go.Bar(x=[f"#{t.number}" for t in no_phases], y=[t.user_attrs["boot_s"] for t in no_phases],
-                             name="boot (no phases)", marker_color="#bdbdbd"))
-    fig.add_trace(go.Scatter(x=labels, y=[0] * len(trials), mode="markers", showlegend=False, hoverinfo="skip",
-                             marker=dict(color=[OUTCOME_COLORS.get(outcome(t), "#555") for t in trials], size=7,
-                                         symbol="square")))
-    fig.update_layout(barmode="stack", title="Boot time per trial, by phase (square = outcome colour)",
-                      xaxis_title="trial", yaxis_title="seconds since launch", **LAYOUT)
+        fig.add_trace(
+            go.Bar(
+                x=[f"#{t.number}" for t in no_phases],
+                y=[t.user_attrs["boot_s"] for t in no_phases],
+                name="boot (no phases)",
+                marker_color="#bdbdbd",
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=labels,
+            y=[0] * len(trials),
+            mode="markers",
+            showlegend=False,
+            hoverinfo="skip",
+            marker=dict(color=[OUTCOME_COLORS.get(outcome(t), "#555") for t in trials], size=7, symbol="square"),
+        )
+    )
+    fig.update_layout(
+        barmode="stack",
+        title="Boot time per trial, by phase (square = outcome colour)",
+        xaxis_title="trial",
+        yaxis_title="seconds since launch",
+        **LAYOUT,
+    )
     return fig
 
 
 def fig_timeline(study: optuna.Study) -> go.Figure:
     """Gantt chart: one row per host, one bar per launched trial from t_start to t_end, coloured by outcome."""
-    trials = [t for t in study.get_trials(deepcopy=False) if isinstance(t.user_attrs.get("t_start"), (int, float))
-              and isinstance(t.user_attrs.get("t_end"), (int, float)) and t.user_attrs["t_start"] > 0]
+    trials = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if isinstance(t.user_attrs.get("t_start"), (int, float))
+        and isinstance(t.user_attrs.get("t_end"), (int, float))
+        and t.user_attrs["t_start"] > 0
+    ]
     if not trials:
         raise ValueError("no trial has run on a host yet")
     fig = go.Figure()
@@ -254,16 +355,31 @@ def fig_timeline(study: optuna.Study) -> go.Figure:
         oc = outcome(t)
         t0, t1 = float(t.user_attrs["t_start"]), float(t.user_attrs["t_end"])
         start = dt.datetime.fromtimestamp(t0)
-        fig.add_trace(go.Bar(
-            y=[str(t.user_attrs.get("host") or "?")], x=[max(t1 - t0, 0.5) * 1000.0], base=[start.isoformat()],
-            orientation="h", name=oc, legendgroup=oc, showlegend=oc not in shown,
-            marker=dict(color=OUTCOME_COLORS.get(oc, "#555"), line=dict(color="white", width=1)),
-            text=[f"#{t.number}"], textposition="inside", insidetextanchor="middle",
-            customdata=[[_hover(t), t1 - t0]],
-            hovertemplate="%{customdata[0]}<br>%{customdata[1]:.0f} s<extra>" + oc + "</extra>"))
+        fig.add_trace(
+            go.Bar(
+                y=[str(t.user_attrs.get("host") or "?")],
+                x=[max(t1 - t0, 0.5) * 1000.0],
+                base=[start.isoformat()],
+                orientation="h",
+                name=oc,
+                legendgroup=oc,
+                showlegend=oc not in shown,
+                marker=dict(color=OUTCOME_COLORS.get(oc, "#555"), line=dict(color="white", width=1)),
+                text=[f"#{t.number}"],
+                textposition="inside",
+                insidetextanchor="middle",
+                customdata=[[_hover(t), t1 - t0]],
+                hovertemplate="%{customdata[0]}<br>%{customdata[1]:.0f} s<extra>" + oc + "</extra>",
+            )
+        )
         shown.add(oc)
-    fig.update_layout(title="Timeline of trials per host", barmode="overlay", xaxis=dict(type="date", title="time"),
-                      yaxis=dict(title="host", categoryorder="array", categoryarray=hosts), **LAYOUT)
+    fig.update_layout(
+        title="Timeline of trials per host",
+        barmode="overlay",
+        xaxis=dict(type="date", title="time"),
+        yaxis=dict(title="host", categoryorder="array", categoryarray=hosts),
+        **LAYOUT,
+    )
     fig.update_layout(height=max(220, 120 + 60 * len(hosts)))
     return fig
 
@@ -320,8 +436,9 @@ def _header(study: optuna.Study) -> str:
         counts[outcome(t)] = counts.get(outcome(t), 0) + 1
     cards = []
     if best is not None:
-        cards.append(("best configuration", html.escape(str(best.user_attrs.get("config") or f"trial {best.number}")),
-                      "small"))
+        cards.append(
+            ("best configuration", html.escape(str(best.user_attrs.get("config") or f"trial {best.number}")), "small")
+        )
         cards.append(("best tok/s", f"{best.value:.1f} <span style='font-size:13px'>(trial {best.number})</span>", ""))
         if base:
             gain = best.value / base - 1
@@ -338,15 +455,29 @@ def _header(study: optuna.Study) -> str:
     if best is not None and best.user_attrs.get("flags"):
         f = redact_attrs(best.user_attrs["flags"])
         env = redact_attrs(best.user_attrs.get("env") or {})
-        line = " ".join(f"{k}={v}" for k, v in env.items()) + (" " if env else "") + " ".join(
-            f"--{k} {v}" for k, v in f.items())
+        line = (
+            " ".join(f"{k}={v}" for k, v in env.items())
+            + (" " if env else "")
+            + " ".join(f"--{k} {v}" for k, v in f.items())
+        )
         flags = f"<p>Best launch: <code>{html.escape(line)}</code></p>"
     return f"<div class='cards'>{body}</div>{flags}"
 
 
 def _table(study: optuna.Study) -> str:
-    head = ("trial", "config", "outcome", "tok/s", "gain", "accept", "TTFT p50 ms", "ITL p50 ms", "boot s", "host",
-            "reason")
+    head = (
+        "trial",
+        "config",
+        "outcome",
+        "tok/s",
+        "gain",
+        "accept",
+        "TTFT p50 ms",
+        "ITL p50 ms",
+        "boot s",
+        "host",
+        "reason",
+    )
     base = _baseline_value(study)
     rows = []
     for t in study.get_trials(deepcopy=False):
@@ -356,15 +487,34 @@ def _table(study: optuna.Study) -> str:
         reason = ua.get("failure_reason") or (f"duplicate of {ua['duplicate_of']}" if "duplicate_of" in ua else "")
         if outcome(t) == "pruned" and ua.get("pruned_at_chunk") is not None:
             reason = f"pruned after chunk {ua['pruned_at_chunk']}"
-        cells = [str(t.number), html.escape(str(ua.get("config", ""))) + (" <b>(baseline)</b>" if ua.get("baseline")
-                                                                              else ""),
-                 _pill(outcome(t)), _num(val), gain, _num(ua.get("accept_length"), "{:.2f}"),
-                 _num(ua.get("ttft_ms_p50")), _num(ua.get("itl_ms_p50"), "{:.2f}"), _num(ua.get("boot_s")),
-                 html.escape(str(ua.get("host", ""))), html.escape(str(reason)[:160])]
-        rows.append("<tr>" + "".join(f"<td class='num'>{c}</td>" if i in (0, 3, 4, 5, 6, 7, 8) else f"<td>{c}</td>"
-                                     for i, c in enumerate(cells)) + "</tr>")
-    return ("<h2>Trials</h2><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+        cells = [
+            str(t.number),
+            html.escape(str(ua.get("config", ""))) + (" <b>(baseline)</b>" if ua.get("baseline") else ""),
+            _pill(outcome(t)),
+            _num(val),
+            gain,
+            _num(ua.get("accept_length"), "{:.2f}"),
+            _num(ua.get("ttft_ms_p50")),
+            _num(ua.get("itl_ms_p50"), "{:.2f}"),
+            _num(ua.get("boot_s")),
+            html.escape(str(ua.get("host", ""))),
+            html.escape(str(reason)[:160]),
+        ]
+        rows.append(
+            "<tr>"
+            + "".join(
+                f"<td class='num'>{c}</td>" if i in (0, 3, 4, 5, 6, 7, 8) else f"<td>{c}</td>"
+                for i, c in enumerate(cells)
+            )
+            + "</tr>"
+        )
+    return (
+        "<h2>Trials</h2><table><thead><tr>"
+        + "".join(f"<th>{h}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
 
 
 def render_figures(study: optuna.Study) -> list[tuple[str, str, go.Figure | str]]:
@@ -387,19 +537,29 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
     sections = []
     for key, title, fig in render_figures(study):
         if isinstance(fig, str):
-            sections.append(f"<section class='fig' id='{key}'><div class='skip'><h3>{html.escape(title)}</h3>"
-                            f"not shown: {html.escape(fig)}</div></section>")
+            sections.append(
+                f"<section class='fig' id='{key}'><div class='skip'><h3>{html.escape(title)}</h3>"
+                f"not shown: {html.escape(fig)}</div></section>"
+            )
         else:
-            div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{key}",
-                              config={"displaylogo": False, "responsive": True, "displayModeBar": "hover"})
+            div = fig.to_html(
+                full_html=False,
+                include_plotlyjs=False,
+                div_id=f"fig-{key}",
+                config={"displaylogo": False, "responsive": True, "displayModeBar": "hover"},
+            )
             sections.append(f"<section class='fig' id='{key}'>{div}</section>")
     attrs = study.user_attrs
-    sub = " · ".join(html.escape(str(x)) for x in (
-        f"space {attrs['space']}" if attrs.get("space") else "",
-        f"created {attrs['created']}" if attrs.get("created") else "",
-        f"report written {time.strftime('%Y-%m-%d %H:%M:%S')}",
-        f"optimizer {attrs['optimizer_version']}" if attrs.get("optimizer_version") else "",
-    ) if x)
+    sub = " · ".join(
+        html.escape(str(x))
+        for x in (
+            f"space {attrs['space']}" if attrs.get("space") else "",
+            f"created {attrs['created']}" if attrs.get("created") else "",
+            f"report written {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            f"optimizer {attrs['optimizer_version']}" if attrs.get("optimizer_version") else "",
+        )
+        if x
+    )
     doc = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(study.study_name)}: speculative decoding study</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -410,7 +570,7 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
 <main>
 {_header(study)}
 <div class="grid">
-{''.join(sections)}
+{"".join(sections)}
 </div>
 {_table(study)}
 </main></body></html>

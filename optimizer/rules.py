@@ -9,8 +9,9 @@ Flags are a mapping of SGLang flag names without the leading dashes (``speculati
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 ALGO = "speculative-algorithm"
 STEPS = "speculative-num-steps"
@@ -27,9 +28,7 @@ KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 BIG_TREE_ARCHS = ("LlamaForCausalLM", "Grok1ForCausalLM", "Grok1VForCausalLM")
 PAGE_TREE_SPEC_BACKENDS = ("flashinfer", "fa3", "triton")
 
-TOPK1_WARNING = (
-    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
-)
+TOPK1_WARNING = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
 MAX_RUNNING_WARNING = "Max running requests is reset to 48 for speculative decoding."
 
 

@@ -23,8 +23,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .bench.workload import Workload
 from .errors import ConfigError
+from .loadgen.workload import Workload
 
 SIM_PROFILE_DEFAULT = "llama-3.1-8b-h100"
 
@@ -36,8 +36,15 @@ class _Strict(BaseModel):
 class ServerConfig(_Strict):
     #: The server command before the candidate's flags. ``{python}`` is the host's Python. Default: the simulator.
     command: list[str] = Field(
-        default_factory=lambda: ["{python}", "-m", "optimizer.sim", "--sim-profile", SIM_PROFILE_DEFAULT,
-                                 "--sim-time-scale", "0.003"],
+        default_factory=lambda: [
+            "{python}",
+            "-m",
+            "optimizer.sim",
+            "--sim-profile",
+            SIM_PROFILE_DEFAULT,
+            "--sim-time-scale",
+            "0.003",
+        ],
         min_length=1,
     )
     #: Extra flags for every trial (e.g. --enable-metrics); the space's ``fixed`` flags come on top.
@@ -59,7 +66,7 @@ class BudgetConfig(_Strict):
 
 
 class SamplerConfig(_Strict):
-    name: Literal["tpe", "random", "grid-order", "tpe-plain"] = "tpe"
+    name: Literal["tpe", "random", "tpe-plain"] = "tpe"
     seed: int = 0
     n_startup_trials: int = Field(default=4, ge=0)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .bench.workload import Workload
 from .events import ChunkEvent, PhaseEvent, TrialResult
+from .loadgen.workload import Workload
 from .sim.model import load_profile
 from .trial import TrialSpec
 
@@ -36,8 +36,16 @@ class Ledger:
 
 
 class ModelExecutor:
-    def __init__(self, profile: str, hosts: list[str], workload: Workload, *, seed: int = 0,
-                 boot_timeout_s: float = 1800.0, categories: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        profile: str,
+        hosts: list[str],
+        workload: Workload,
+        *,
+        seed: int = 0,
+        boot_timeout_s: float = 1800.0,
+        categories: dict[str, float] | None = None,
+    ) -> None:
         self.profile = load_profile(profile)
         self.hosts = list(hosts)
         self.workload = workload
@@ -88,8 +96,7 @@ class ModelExecutor:
         n = spec.number
         self.trial_host[n] = host
         t0 = max(self.clock, self.free_at[host])
-        ev = self.profile.evaluate(dict(spec.candidate.flags), dict(spec.candidate.env), w.concurrency,
-                                   self.categories)
+        ev = self.profile.evaluate(dict(spec.candidate.flags), dict(spec.candidate.env), w.concurrency, self.categories)
         self._push(t0, PhaseEvent(trial=n, host=host, phase="starting", t=t0))
         result = TrialResult(trial=n, host=host, status="complete", t_start=t0)
         if ev.failure in ("invalid", "oom", "cuda_graph", "nccl_hang"):
@@ -122,18 +129,33 @@ class ModelExecutor:
             value = self.profile.chunk_tok_per_s(ev, chunk_tokens, self.rng, launch_factor=lf)
             values.append(value)
             schedule.append((t, chunk_s))
-            self._push(t, ChunkEvent(trial=n, host=host, index=i, tok_per_s=value, completed=w.requests_per_chunk,
-                                     failed=0, wall_s=chunk_s, t=t))
+            self._push(
+                t,
+                ChunkEvent(
+                    trial=n,
+                    host=host,
+                    index=i,
+                    tok_per_s=value,
+                    completed=w.requests_per_chunk,
+                    failed=0,
+                    wall_s=chunk_s,
+                    t=t,
+                ),
+            )
         self.pending_chunks[n] = schedule
         if crash_at is not None and len(values) < w.chunks:
             t += chunk_s / 2
             result.status, result.kind = "infeasible", "crash_serving"
             result.reason = f"crash_serving: {ev.message}"[:300]
         else:
-            result.metrics = {"tok_per_s": float(np.mean(values)) if values else 0.0,
-                              "accept_length": ev.accept_length if ev.triple else None,
-                              "completed": len(values) * w.requests_per_chunk, "failed": 0,
-                              "chunks_run": len(values), "true_tok_per_s": ev.tok_per_s}
+            result.metrics = {
+                "tok_per_s": float(np.mean(values)) if values else 0.0,
+                "accept_length": ev.accept_length if ev.triple else None,
+                "completed": len(values) * w.requests_per_chunk,
+                "failed": 0,
+                "chunks_run": len(values),
+                "true_tok_per_s": ev.tok_per_s,
+            }
         self.ledger.bench_s += t - (t0 + boot)
         self._finish(host, result, t + STOP_S)
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Union
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -40,7 +41,7 @@ from .errors import ConfigError
 NONE_ALGO = "none"
 FLAG_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-Scalar = Union[bool, int, float, str, None]
+Scalar = bool | int | float | str | None
 
 
 class _Strict(BaseModel):
@@ -57,7 +58,7 @@ class IntParam(_Strict):
     default: int | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "IntParam":
+    def _check(self) -> IntParam:
         if self.high < self.low:
             raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
         if self.step < 1:
@@ -80,7 +81,7 @@ class FloatParam(_Strict):
     default: float | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "FloatParam":
+    def _check(self) -> FloatParam:
         if not (math.isfinite(self.low) and math.isfinite(self.high)):
             raise ValueError("low and high must be finite numbers")
         if self.high < self.low:
@@ -115,7 +116,7 @@ class CategoricalParam(_Strict):
         return list(self.choices)
 
 
-Param = Union[IntParam, FloatParam, CategoricalParam]
+Param = IntParam | FloatParam | CategoricalParam
 
 
 class SpaceModel(_Strict):
@@ -163,8 +164,10 @@ class SearchSpace:
             self.params = {rules.ALGO: CategoricalParam(type="categorical", choices=["EAGLE3"]), **self.params}
         elif rules.ALGO in self.params:
             # The algorithm goes first: every speculative parameter depends on it.
-            self.params = {rules.ALGO: self.params[rules.ALGO],
-                           **{k: v for k, v in self.params.items() if k != rules.ALGO}}
+            self.params = {
+                rules.ALGO: self.params[rules.ALGO],
+                **{k: v for k, v in self.params.items() if k != rules.ALGO},
+            }
         self._when = {}
         self._constraints = []
         self._validate()
@@ -180,8 +183,11 @@ class SearchSpace:
         known: set[str] = set()
         for name in self.model.fixed:
             if not FLAG_NAME.match(name):
-                raise self._err(f"fixed.{name}", "must be an SGLang flag name without dashes in front, "
-                                "like 'model-path' (lower case words joined by '-')")
+                raise self._err(
+                    f"fixed.{name}",
+                    "must be an SGLang flag name without dashes in front, "
+                    "like 'model-path' (lower case words joined by '-')",
+                )
         for name in self.model.env:
             if not ENV_NAME.match(name):
                 raise self._err(f"env.{name}", "must be an environment variable name (upper case, digits, '_')")
@@ -189,15 +195,21 @@ class SearchSpace:
         for name, p in self.params.items():
             key = f"parameters.{name}"
             if not (FLAG_NAME.match(name) or ENV_NAME.match(name)):
-                raise self._err(key, "must be an SGLang flag name ('speculative-num-steps') or an environment "
-                                "variable name ('NCCL_PROTO')")
+                raise self._err(
+                    key,
+                    "must be an SGLang flag name ('speculative-num-steps') or an environment "
+                    "variable name ('NCCL_PROTO')",
+                )
             if name in self.model.fixed:
                 raise self._err(key, "is also in 'fixed': a flag is either fixed or searched, not both")
             if name == rules.ALGO and isinstance(p, CategoricalParam):
                 for c in p.choices:
                     if str(c).lower() != NONE_ALGO and rules.algorithm({rules.ALGO: c}) not in rules.KNOWN_ALGORITHMS:
-                        raise self._err(f"{key}.choices", f"{c!r} is not an SGLang speculative algorithm; "
-                                        f"allowed: {', '.join(rules.KNOWN_ALGORITHMS)} (or 'none')")
+                        raise self._err(
+                            f"{key}.choices",
+                            f"{c!r} is not an SGLang speculative algorithm; "
+                            f"allowed: {', '.join(rules.KNOWN_ALGORITHMS)} (or 'none')",
+                        )
             if name in rules.SPEC_TRIPLE and not isinstance(p, (IntParam, CategoricalParam)):
                 raise self._err(key, "must be of type 'int' or 'categorical' (SGLang takes an integer)")
             if name in rules.SPEC_TRIPLE:
@@ -220,8 +232,11 @@ class SearchSpace:
                 earlier |= {expr.ident(n) for n in self.model.fixed}
                 for ref in expr.names(tree):
                     if ref not in earlier:
-                        raise self._err(f"{key}.when", f"refers to {ref!r}, which is not a parameter listed "
-                                        f"before {name!r} or a fixed flag; allowed: {', '.join(sorted(earlier)) or 'none'}")
+                        raise self._err(
+                            f"{key}.when",
+                            f"refers to {ref!r}, which is not a parameter listed "
+                            f"before {name!r} or a fixed flag; allowed: {', '.join(sorted(earlier)) or 'none'}",
+                        )
                 self._when[name] = tree
             known.add(name)
         for i, text in enumerate(self.model.constraints):
@@ -231,8 +246,11 @@ class SearchSpace:
                 raise self._err(f"constraints[{i}]", str(exc)) from None
             unknown = expr.names(tree) - all_names
             if unknown:
-                raise self._err(f"constraints[{i}]", f"refers to unknown name {sorted(unknown)[0]!r}; allowed: "
-                                f"{', '.join(sorted(all_names))} (and steps, topk, draft, algorithm)")
+                raise self._err(
+                    f"constraints[{i}]",
+                    f"refers to unknown name {sorted(unknown)[0]!r}; allowed: "
+                    f"{', '.join(sorted(all_names))} (and steps, topk, draft, algorithm)",
+                )
             self._constraints.append((text, tree))
 
     # ----------------------------------------------------------------- sampling
@@ -315,9 +333,14 @@ class SearchSpace:
 
     def describe(self, cand: Candidate) -> str:
         """A short line: the speculative triple, env and every searched flag that is not speculative."""
-        extra = [f"{k}={cand.flags[k]}" for k in self.params
-                 if not k.startswith("speculative-") and not ENV_NAME.match(k) and k in cand.flags
-                 and k != "disable-custom-all-reduce"]
+        extra = [
+            f"{k}={cand.flags[k]}"
+            for k in self.params
+            if not k.startswith("speculative-")
+            and not ENV_NAME.match(k)
+            and k in cand.flags
+            and k != "disable-custom-all-reduce"
+        ]
         return " ".join([cand.short(), *extra])
 
     def grid(self) -> Iterator[Candidate]:
@@ -353,8 +376,13 @@ class SearchSpace:
         """SGLang's start-up rules, its runtime tree limit, and the user's constraints, as Optuna constraints."""
         out: list[Check] = []
         violations = rules.startup_violations(cand.flags, architecture=self.model.architecture, gpu_sm=gpu_sm)
-        out.append(Check("sglang_startup", float(len(violations)),
-                         "; ".join(f"{v.exc}: {v.message}".rstrip(": ") for v in violations)))
+        out.append(
+            Check(
+                "sglang_startup",
+                float(len(violations)),
+                "; ".join(f"{v.exc}: {v.message}".rstrip(": ") for v in violations),
+            )
+        )
         limit = 0.0
         reason = ""
         if not cand.is_baseline and rules.algorithm(cand.flags) in rules.EAGLE_FAMILY and not violations:
@@ -362,8 +390,10 @@ class SearchSpace:
             excess = (draft - 1) - (topk + (steps - 1) * topk * topk)
             if excess > 0:
                 limit = float(excess)
-                reason = (f"num_draft_tokens - 1 = {draft - 1} exceeds topk + (steps - 1) * topk^2 = "
-                          f"{topk + (steps - 1) * topk * topk}: SGLang would fail at run time")
+                reason = (
+                    f"num_draft_tokens - 1 = {draft - 1} exceeds topk + (steps - 1) * topk^2 = "
+                    f"{topk + (steps - 1) * topk * topk}: SGLang would fail at run time"
+                )
         out.append(Check("sglang_tree_limit", limit, reason))
         if self._constraints:
             flags, _ = rules.normalize(cand.flags, architecture=self.model.architecture)
@@ -386,8 +416,9 @@ class SearchSpace:
 
 def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
     if not isinstance(data, dict):
-        raise ConfigError("must be a YAML mapping with keys name, fixed, env, parameters, constraints, baseline",
-                          file=source)
+        raise ConfigError(
+            "must be a YAML mapping with keys name, fixed, env, parameters, constraints, baseline", file=source
+        )
     try:
         model = SpaceModel.model_validate(data)
     except ValidationError as exc:

@@ -20,9 +20,10 @@ import queue
 import signal
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -65,8 +66,12 @@ def claim_study(cfg: StudyConfig) -> list[str]:
     from .hosts import _proc
 
     path = cfg.study_dir / "driver.json"
-    me = {"pid": os.getpid(), "start_time": _proc.start_time(os.getpid()), "boot_id": _proc.boot_id(),
-          "hostname": socket.gethostname()}
+    me = {
+        "pid": os.getpid(),
+        "start_time": _proc.start_time(os.getpid()),
+        "boot_id": _proc.boot_id(),
+        "hostname": socket.gethostname(),
+    }
     try:
         prev = json.loads(path.read_text())
         if not isinstance(prev, dict):
@@ -82,10 +87,15 @@ def claim_study(cfg: StudyConfig) -> list[str]:
             pid = int(prev["pid"])
         except (KeyError, TypeError, ValueError):
             pid = -1
-        if pid > 0 and pid != me["pid"] and prev.get("start_time") is not None \
-                and _proc.start_time(pid) == prev.get("start_time"):
-            raise OptimizerError(f"study {cfg.study!r} is being run by another driver (pid {pid}); stop it first "
-                                 f"or use another --study")
+        if (
+            pid > 0
+            and pid != me["pid"]
+            and prev.get("start_time") is not None
+            and _proc.start_time(pid) == prev.get("start_time")
+        ):
+            raise OptimizerError(
+                f"study {cfg.study!r} is being run by another driver (pid {pid}); stop it first or use another --study"
+            )
     if "://" not in cfg.storage_url:
         lock = Path(cfg.storage_url + ".lock")
         if os.path.lexists(lock):
@@ -104,7 +114,11 @@ def make_sampler(cfg: StudyConfig) -> optuna.samplers.BaseSampler:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # `gamma` is deprecated in Optuna 5 (removed in 6)
         return optuna.samplers.TPESampler(
-            seed=s.seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=s.n_startup_trials,
+            seed=s.seed,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            n_startup_trials=s.n_startup_trials,
             gamma=_gamma_with_baseline,
         )
 
@@ -124,9 +138,14 @@ def load_or_create(cfg: StudyConfig, *, sampler: Any = None, pruner: Any = None)
         study_name=cfg.study,
         storage=open_storage(cfg.storage_url),
         sampler=sampler or make_sampler(cfg),
-        pruner=pruner or make_pruner(cfg.pruner.name, p_threshold=cfg.pruner.p_threshold,
-                                      n_startup_steps=cfg.pruner.n_startup_steps,
-                                      n_startup_trials=cfg.pruner.n_startup_trials, min_gap=cfg.pruner.min_gap),
+        pruner=pruner
+        or make_pruner(
+            cfg.pruner.name,
+            p_threshold=cfg.pruner.p_threshold,
+            n_startup_steps=cfg.pruner.n_startup_steps,
+            n_startup_trials=cfg.pruner.n_startup_trials,
+            min_gap=cfg.pruner.min_gap,
+        ),
         direction="maximize",
         load_if_exists=True,
     )
@@ -168,32 +187,44 @@ class Progress:
     def __init__(self, printer: Callable[[str], None] = print) -> None:
         self.print = printer
 
-    def start(self, driver: "Driver") -> None:
-        self.print(f"study {driver.cfg.study}: {driver.budget_left()} launches left on "
-                   f"{len(driver.hosts)} host(s); storage {driver.cfg.storage_url}")
+    def start(self, driver: Driver) -> None:
+        self.print(
+            f"study {driver.cfg.study}: {driver.budget_left()} launches left on "
+            f"{len(driver.hosts)} host(s); storage {driver.cfg.storage_url}"
+        )
 
-    def event(self, driver: "Driver", ev: Any) -> None:
+    def event(self, driver: Driver, ev: Any) -> None:
         if isinstance(ev, PhaseEvent) and ev.phase in ("starting", "warming_up", "benchmarking"):
             self.print(f"[{ev.host}] trial {ev.trial}: {ev.phase} {ev.detail}".rstrip())
         elif isinstance(ev, ChunkEvent):
             self.print(f"[{ev.host}] trial {ev.trial}: chunk {ev.index} {ev.tok_per_s:.1f} tok/s")
 
-    def finished(self, driver: "Driver", frozen: optuna.trial.FrozenTrial) -> None:
+    def finished(self, driver: Driver, frozen: optuna.trial.FrozenTrial) -> None:
         ua = frozen.user_attrs
         value = f"{frozen.value:.1f} tok/s" if frozen.value is not None and feasible(frozen) else ""
-        self.print(f"trial {frozen.number} {ua.get('outcome', frozen.state.name.lower())}: {ua.get('config', '')} "
-                   f"{value} {ua.get('failure_reason', '')}".rstrip())
+        self.print(
+            f"trial {frozen.number} {ua.get('outcome', frozen.state.name.lower())}: {ua.get('config', '')} "
+            f"{value} {ua.get('failure_reason', '')}".rstrip()
+        )
 
-    def note(self, driver: "Driver", text: str) -> None:
+    def note(self, driver: Driver, text: str) -> None:
         self.print(text)
 
-    def stop(self, driver: "Driver") -> None:
+    def stop(self, driver: Driver) -> None:
         pass
 
 
 class Driver:
-    def __init__(self, cfg: StudyConfig, space: SearchSpace, hosts: list[HostConfig], executor: Any, *,
-                 progress: Progress | None = None, study: optuna.Study | None = None) -> None:
+    def __init__(
+        self,
+        cfg: StudyConfig,
+        space: SearchSpace,
+        hosts: list[HostConfig],
+        executor: Any,
+        *,
+        progress: Progress | None = None,
+        study: optuna.Study | None = None,
+    ) -> None:
         self.cfg = cfg
         self.space = space
         self.hosts = hosts
@@ -349,8 +380,9 @@ class Driver:
         if self.interrupts >= 2:
             raise KeyboardInterrupt
         self.stopping = True
-        self.progress.note(self, "stopping: servers are being stopped and running trials recorded "
-                                 "(Ctrl-C again to force)")
+        self.progress.note(
+            self, "stopping: servers are being stopped and running trials recorded (Ctrl-C again to force)"
+        )
         self.executor.cancel_all()
 
     def _free_hosts(self) -> list[str]:
@@ -424,11 +456,18 @@ class Driver:
             trial.set_user_attr(BASELINE_ATTR, True)
         number = trial.number
         spec = TrialSpec(
-            number=number, candidate=cand, command=list(self.cfg.server.command),
-            workload=self.cfg.workload, trial_dir=str(self.cfg.study_dir / "trials" / str(number)),
-            extra_args=list(self.cfg.server.extra_args), server_env=dict(self.cfg.server.env),
-            boot_timeout_s=self.cfg.server.boot_timeout_s, poll_s=self.cfg.server.poll_s,
-            stop_timeout_s=self.cfg.server.stop_timeout_s, study=self.cfg.study, protected=cand.is_baseline,
+            number=number,
+            candidate=cand,
+            command=list(self.cfg.server.command),
+            workload=self.cfg.workload,
+            trial_dir=str(self.cfg.study_dir / "trials" / str(number)),
+            extra_args=list(self.cfg.server.extra_args),
+            server_env=dict(self.cfg.server.env),
+            boot_timeout_s=self.cfg.server.boot_timeout_s,
+            poll_s=self.cfg.server.poll_s,
+            stop_timeout_s=self.cfg.server.stop_timeout_s,
+            study=self.cfg.study,
+            protected=cand.is_baseline,
         )
         a = Active(trial=trial, candidate=cand, key=key, spec=spec)
         if self.cfg.precheck:
@@ -544,8 +583,15 @@ class Driver:
         if r.records_path:
             t.set_user_attr("records_path", r.records_path)
 
-    def _tell_infeasible(self, a: Active, reason: str, *, kind: str, result: TrialResult | None = None,
-                         checks: dict[str, float] | None = None) -> None:
+    def _tell_infeasible(
+        self,
+        a: Active,
+        reason: str,
+        *,
+        kind: str,
+        result: TrialResult | None = None,
+        checks: dict[str, float] | None = None,
+    ) -> None:
         t = a.trial
         t.set_user_attr("outcome", "infeasible")
         t.set_user_attr("failure_kind", kind)
@@ -615,7 +661,8 @@ class Driver:
         if not self.boot_times:
             return None
         per_trial = sum(self.boot_times) / len(self.boot_times) + (
-            sum(self.bench_times) / len(self.bench_times) if self.bench_times else 0.0)
+            sum(self.bench_times) / len(self.bench_times) if self.bench_times else 0.0
+        )
         usable = max(1, len(self.hosts) - len(self.quarantined))
         return per_trial * (self.budget_left() / usable)
 
@@ -624,17 +671,19 @@ def summary_rows(study: optuna.Study) -> list[dict[str, Any]]:
     rows = []
     for t in study.get_trials(deepcopy=False):
         ua = t.user_attrs
-        rows.append({
-            "trial": t.number,
-            "config": ua.get("config", ""),
-            "outcome": ua.get("outcome", t.state.name.lower()),
-            "tok_per_s": t.value if feasible(t) else None,
-            "accept_length": ua.get("accept_length"),
-            "boot_s": ua.get("boot_s"),
-            "host": ua.get("host", ""),
-            "reason": ua.get("failure_reason", "") or (f"duplicate of {ua['duplicate_of']}" if "duplicate_of" in ua
-                                                       else ""),
-        })
+        rows.append(
+            {
+                "trial": t.number,
+                "config": ua.get("config", ""),
+                "outcome": ua.get("outcome", t.state.name.lower()),
+                "tok_per_s": t.value if feasible(t) else None,
+                "accept_length": ua.get("accept_length"),
+                "boot_s": ua.get("boot_s"),
+                "host": ua.get("host", ""),
+                "reason": ua.get("failure_reason", "")
+                or (f"duplicate of {ua['duplicate_of']}" if "duplicate_of" in ua else ""),
+            }
+        )
     return rows
 
 

@@ -10,16 +10,17 @@ import json
 import shlex
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .bench.client import BenchResult, ChunkResult, run_benchmark
-from .bench.workload import Workload
 from .candidate import Candidate
 from .errors import BootError, HostError
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .hosts.base import Host
+from .loadgen.client import BenchResult, ChunkResult, run_benchmark
+from .loadgen.workload import Workload
 from .readiness import log_tail, wait_ready
 
 Emit = Callable[[Any], None]
@@ -66,8 +67,7 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
     trial_dir.mkdir(parents=True, exist_ok=True)
     log_path = trial_dir / "server.log"
     t_start = time.time()
-    result = TrialResult(trial=spec.number, host=host.name, status="complete", t_start=t_start,
-                         log_path=str(log_path))
+    result = TrialResult(trial=spec.number, host=host.name, status="complete", t_start=t_start, log_path=str(log_path))
 
     def phase(name: str, detail: str = "") -> None:
         emit(PhaseEvent(trial=spec.number, host=host.name, phase=name, detail=detail))
@@ -85,7 +85,8 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
 
         (trial_dir / "command.sh").write_text(  # a record for humans: secrets masked
             "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in redact_mapping(env).items())
-            + redact_log(shlex.join(argv)) + "\n"
+            + redact_log(shlex.join(argv))
+            + "\n"
         )
         server = host.start(argv, env, log_path, port)
     except HostError as exc:
@@ -116,8 +117,17 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         def on_chunk(chunk: ChunkResult) -> bool:
             if chunk.index == 0:
                 phase("benchmarking")
-            emit(ChunkEvent(trial=spec.number, host=host.name, index=chunk.index, tok_per_s=chunk.tok_per_s,
-                            completed=chunk.completed, failed=chunk.failed, wall_s=chunk.wall_s))
+            emit(
+                ChunkEvent(
+                    trial=spec.number,
+                    host=host.name,
+                    index=chunk.index,
+                    tok_per_s=chunk.tok_per_s,
+                    completed=chunk.completed,
+                    failed=chunk.failed,
+                    wall_s=chunk.wall_s,
+                )
+            )
             return not controls.stop_requested() and server.returncode() is None
 
         stop_event = _EventUnion(controls.prune, controls.cancel)
@@ -139,16 +149,20 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
             time.sleep(0.2)
             tail = log_tail(log_path)
             line = _crash_line(tail) or f"server exited with status {rc} during the benchmark"
-            return _finish(result, "infeasible", reason=f"crash_serving: {line}", kind="crash_serving",
-                           log_tail=tail)
+            return _finish(result, "infeasible", reason=f"crash_serving: {line}", kind="crash_serving", log_tail=tail)
         if controls.cancel.is_set():
             return _finish(result, "cancelled", reason="study stopping")
         if controls.prune.is_set() and len(bench.chunks) < spec.workload.chunks:
             return _finish(result, "pruned")
         if bench.completed == 0:
             reasons = ", ".join(f"{k} x{v}" for k, v in bench.failure_reasons.items())
-            return _finish(result, "infeasible", reason=f"serving: no request completed ({reasons})",
-                           kind="serving", log_tail=log_tail(log_path))
+            return _finish(
+                result,
+                "infeasible",
+                reason=f"serving: no request completed ({reasons})",
+                kind="serving",
+                log_tail=log_tail(log_path),
+            )
         return _finish(result, "complete")
     except HostError as exc:
         # Contact with the host was lost mid-trial: a host fault (re-queued elsewhere), not the configuration's.

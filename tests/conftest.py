@@ -9,15 +9,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests import their helpers (tests/sshd.py) and bench/ scripts
+sys.path.insert(0, str(ROOT))  # tests import their helpers (tests/sshd.py) and benchmarks/ scripts
 
 TEST_HOSTS = ("local", "h0", "h1", "h2", "h3", "ssh0")
 KIMI = "kimi-k2.5-8x-rtxpro6000"
 
 
 def sim_command(profile: str = KIMI, time_scale: float = 0.002, step_scale: float = 0.1) -> list[str]:
-    return ["{python}", "-m", "optimizer.sim", "--sim-profile", profile, "--sim-time-scale", str(time_scale),
-            "--sim-step-scale", str(step_scale)]
+    return [
+        "{python}",
+        "-m",
+        "optimizer.sim",
+        "--sim-profile",
+        profile,
+        "--sim-time-scale",
+        str(time_scale),
+        "--sim-step-scale",
+        str(step_scale),
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +34,12 @@ def ray_runtime():
     import ray
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(num_cpus=2, resources={f"host:{h}": 1 for h in TEST_HOSTS}, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    ray.init(
+        num_cpus=2,
+        resources={f"host:{h}": 1 for h in TEST_HOSTS},
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     yield ray
     ray.shutdown()

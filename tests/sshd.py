@@ -16,8 +16,8 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 TOY_SERVER = r"""
 import http.server, json, os, signal, subprocess, sys
@@ -58,7 +58,7 @@ def log_line(path: Path, prefix: str) -> str | None:
         return None
     for line in text.splitlines():
         if line.startswith(prefix):
-            return line[len(prefix):].strip()
+            return line[len(prefix) :].strip()
     return None
 
 
@@ -114,13 +114,16 @@ class Sshd:
             "UsePAM no\n"
             "MaxSessions 50\n"
             "MaxStartups 50\n"
-            "LogLevel ERROR\n"
-            + (f"Subsystem sftp {SFTP_SERVER}\n" if sftp else "")
+            "LogLevel ERROR\n" + (f"Subsystem sftp {SFTP_SERVER}\n" if sftp else "")
         )
         Path("/run/sshd").mkdir(parents=True, exist_ok=True)
         self.log = open(tmp / "sshd.log", "ab")
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)], stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(self.config)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_for(self._listening, 10.0, "sshd to listen")
         self.user = os.environ.get("USER") or __import__("getpass").getuser()
 

@@ -21,10 +21,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from optimizer.bench import Workload, run_benchmark
-from optimizer.bench.client import BenchResult
+from optimizer.loadgen import Workload, run_benchmark
+from optimizer.loadgen.client import BenchResult
 
-REC = Path("/work/shared/recordings/sglang-0.5.17-h200")
+REC = Path(__file__).resolve().parent / "data" / "sglang-0.5.17-h200"
 
 
 def _load(name: str) -> dict:
@@ -63,8 +63,10 @@ def _eagle256_schedule() -> list[tuple[float, bytes]]:
     raw = _endpoint(B, "POST", "/v1/chat/completions", lambda e: "raw_body" in e)["raw_body"]
     events = [e for e in raw.split("\n\n") if e]
     role, first, more, finish, usage, done = (events[0], events[1], events[2], events[-3], events[-2], events[-1])
-    usage = usage.replace('"prompt_tokens":36,"total_tokens":52,"completion_tokens":16',
-                          '"prompt_tokens":46,"total_tokens":302,"completion_tokens":256')
+    usage = usage.replace(
+        '"prompt_tokens":36,"total_tokens":52,"completion_tokens":16',
+        '"prompt_tokens":46,"total_tokens":302,"completion_tokens":256',
+    )
     assert '"completion_tokens":256' in usage
     sched = [(arrivals[0], (role + "\n\n" + first + "\n\n").encode())]
     sched += [(t, (more + "\n\n").encode()) for t in arrivals[1:]]
@@ -75,16 +77,22 @@ def _eagle256_schedule() -> list[tuple[float, bytes]]:
 CHAT_B = _endpoint(B, "POST", "/v1/chat/completions", lambda e: "raw_body" in e)
 CHAT_A = _endpoint(A, "POST", "/v1/chat/completions", lambda e: "raw_body" in e)
 COMPL_B = _endpoint(B, "POST", "/v1/completions")
-ERR_400 = _endpoint(A, "POST", "/v1/chat/completions", lambda e: e.get("status") == 400 and "max_tokens\": -5" in
-                    e.get("request_body", ""))
+ERR_400 = _endpoint(
+    A,
+    "POST",
+    "/v1/chat/completions",
+    lambda e: e.get("status") == 400 and 'max_tokens": -5' in e.get("request_body", ""),
+)
 SCHEDULES = {
     "eagle16": _lines_schedule(CHAT_B),
     "base16": _lines_schedule(CHAT_A),
     "compl": _lines_schedule(COMPL_B),
     "eagle256": _eagle256_schedule(),
     # a server that ignores stream_options.include_usage: no usage chunk before [DONE]
-    "nousage": [(t, b"".join(e + b"\n\n" for e in data.split(b"\n\n") if e and b'"usage":{' not in e))
-                for t, data in _lines_schedule(CHAT_B)],
+    "nousage": [
+        (t, b"".join(e + b"\n\n" for e in data.split(b"\n\n") if e and b'"usage":{' not in e))
+        for t, data in _lines_schedule(CHAT_B)
+    ],
 }
 FIRST_EVENT = CHAT_B["raw_body"].split("\n\n")[0] + "\n\n"
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
@@ -181,8 +189,11 @@ def _wl(**kw) -> Workload:
 def test_eagle_recording_counts_tokens_from_usage_and_itl_per_token(server):
     url, _ = server
     chunks_seen = []
-    res = run_benchmark(f"{url}/eagle256", _wl(max_tokens=256, concurrency=1, chunks=1, requests_per_chunk=2,
-                                               warmup_requests=0), on_chunk=chunks_seen.append)
+    res = run_benchmark(
+        f"{url}/eagle256",
+        _wl(max_tokens=256, concurrency=1, chunks=1, requests_per_chunk=2, warmup_requests=0),
+        on_chunk=chunks_seen.append,
+    )
     assert res.completed == 2 and res.failed == 0
     for r in res.chunks[0].records:
         assert r.completion_tokens == 256 and r.prompt_tokens == 46
@@ -200,8 +211,21 @@ def test_eagle_recording_counts_tokens_from_usage_and_itl_per_token(server):
     assert 200 < res.tok_per_s < 1000  # recorded: 855 tok/s at concurrency 1
     m = res.to_metrics()
     assert m["chunks_run"] == 1 and m["completed"] == 2 and m["accept_length"] == 3.0
-    for k in ("tok_per_s", "requests_per_s", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_mean",
-              "itl_ms_p50", "itl_ms_p99", "e2e_ms_mean", "e2e_ms_p50", "e2e_ms_p99", "tokens_per_chunk", "failed"):
+    for k in (
+        "tok_per_s",
+        "requests_per_s",
+        "ttft_ms_mean",
+        "ttft_ms_p50",
+        "ttft_ms_p99",
+        "itl_ms_mean",
+        "itl_ms_p50",
+        "itl_ms_p99",
+        "e2e_ms_mean",
+        "e2e_ms_p50",
+        "e2e_ms_p99",
+        "tokens_per_chunk",
+        "failed",
+    ):
         assert k in m
 
 
@@ -219,16 +243,32 @@ def test_short_recordings_chat_and_completions(server):
     assert compl.accept_length is None  # this server has no server_info at all
     assert all(len(r.itl_ms) == 15 for c in eagle.chunks for r in c.records)
     sent = [json.loads(b) for s, p, b in app.state.seen if s == "compl" and p == "/v1/completions"]
-    assert sent and all(b["stream"] and b["stream_options"] == {"include_usage": True} and b["ignore_eos"]
-                        and b["max_tokens"] == 16 and isinstance(b["prompt"], str) and b["category"] for b in sent)
+    assert sent and all(
+        b["stream"]
+        and b["stream_options"] == {"include_usage": True}
+        and b["ignore_eos"]
+        and b["max_tokens"] == 16
+        and isinstance(b["prompt"], str)
+        and b["category"]
+        for b in sent
+    )
     chat = [json.loads(b) for s, p, b in app.state.seen if s == "eagle16" and p == "/v1/chat/completions"]
     assert len(chat) == 5 and all(b["messages"][0]["role"] == "user" for b in chat)  # 1 warmup + 2 x 2
 
 
-@pytest.mark.parametrize("scenario, reason", [
-    ("nonjson", "non_json"), ("truncated", "truncated"), ("broken", "truncated"), ("http500", "http_500"),
-    ("http400", "http_400"), ("stall", "stalled"), ("errevent", "server_error"), ("notsse", "not_sse"),
-])
+@pytest.mark.parametrize(
+    "scenario, reason",
+    [
+        ("nonjson", "non_json"),
+        ("truncated", "truncated"),
+        ("broken", "truncated"),
+        ("http500", "http_500"),
+        ("http400", "http_400"),
+        ("stall", "stalled"),
+        ("errevent", "server_error"),
+        ("notsse", "not_sse"),
+    ],
+)
 def test_hostile_replies_become_failed_requests(server, scenario, reason):
     url, _ = server
     t0 = time.perf_counter()

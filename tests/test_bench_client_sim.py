@@ -13,11 +13,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from optimizer.bench import Workload, run_benchmark
+from optimizer.loadgen import Workload, run_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
-EAGLE = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-num-steps", "3",
-         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+EAGLE = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "d",
+    "--speculative-num-steps",
+    "3",
+    "--speculative-eagle-topk",
+    "1",
+    "--speculative-num-draft-tokens",
+    "4",
+]
 
 
 def _free_port() -> int:
@@ -30,8 +40,20 @@ def _free_port() -> int:
 
 def _start_sim(extra: list[str]):
     port = _free_port()
-    cmd = [sys.executable, "-m", "optimizer.sim", "--model-path", "m", "--host", "127.0.0.1", "--port", str(port),
-           "--sim-time-scale", "0.002", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "optimizer.sim",
+        "--model-path",
+        "m",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--sim-time-scale",
+        "0.002",
+        *extra,
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -89,9 +111,25 @@ def test_client_ceiling_script_runs_against_the_simulator():
     """bench/client_ceiling.py end to end, small: the figure itself is measured by hand (see its docstring)."""
     import json
 
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "client_ceiling.py"), "--json", "--concurrency", "4",
-                          "--max-tokens", "32", "--requests", "8", "--chunks", "2"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "client_ceiling.py"),
+            "--json",
+            "--concurrency",
+            "4",
+            "--max-tokens",
+            "32",
+            "--requests",
+            "8",
+            "--chunks",
+            "2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["server"] == "sim" and res["completed"] == 8 and res["failed"] == 0 and res["tok_per_s"] > 0
@@ -100,12 +138,27 @@ def test_client_ceiling_script_runs_against_the_simulator():
 def test_bench_cli_against_the_simulator(tmp_path):
     import json
 
-    (tmp_path / "w.yaml").write_text("concurrency: 2\nmax_tokens: 16\nchunks: 1\nrequests_per_chunk: 2\n"
-                                     "categories: [code]\n")
+    (tmp_path / "w.yaml").write_text(
+        "concurrency: 2\nmax_tokens: 16\nchunks: 1\nrequests_per_chunk: 2\ncategories: [code]\n"
+    )
     proc, url = _start_sim([])
     try:
-        out = subprocess.run([sys.executable, "-m", "optimizer.bench", url, "--workload", str(tmp_path / "w.yaml"),
-                              "--warmup-requests", "1"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "optimizer.loadgen",
+                url,
+                "--workload",
+                str(tmp_path / "w.yaml"),
+                "--warmup-requests",
+                "1",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         _stop(proc)
     assert out.returncode == 0, out.stderr[-2000:]

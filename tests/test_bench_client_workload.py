@@ -9,17 +9,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer.bench.stats import distribute_itl, summary
-from optimizer.bench.sse import SSEStream
-from optimizer.bench.workload import Workload, chunk_plan, load_prompts
 from optimizer.errors import ConfigError
+from optimizer.loadgen.sse import SSEStream
+from optimizer.loadgen.stats import distribute_itl, summary
+from optimizer.loadgen.workload import Workload, chunk_plan, load_prompts
 
 
 def test_defaults_and_validation_errors():
     w = Workload()
     assert (w.prompts, w.endpoint, w.concurrency, w.chunks, w.send_category) == ("builtin", "chat", 1, 4, True)
-    for bad in ({"concurrency": 0}, {"chunks": 0}, {"requests_per_chunk": 0}, {"max_tokens": 0},
-                {"endpoint": "generate"}, {"categories": []}, {"stall_timeout_s": 0}):
+    for bad in (
+        {"concurrency": 0},
+        {"chunks": 0},
+        {"requests_per_chunk": 0},
+        {"max_tokens": 0},
+        {"endpoint": "generate"},
+        {"categories": []},
+        {"stall_timeout_s": 0},
+    ):
         with pytest.raises(ConfigError) as e:
             Workload.from_dict(bad, file="study.yaml")
         key = next(iter(bad))
@@ -44,16 +51,21 @@ def test_builtin_prompts_have_four_categories_of_ten():
 
 def test_jsonl_prompts_and_bad_lines(tmp_path):
     f = tmp_path / "mine.jsonl"
-    f.write_text('{"prompt": "Hello there", "category": "chat"}\n\n'
-                 '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}\n')
+    f.write_text(
+        '{"prompt": "Hello there", "category": "chat"}\n\n'
+        '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}\n'
+    )
     ps = load_prompts(Workload(prompts="mine.jsonl"), base_dir=tmp_path)
     assert [p.category for p in ps] == ["chat", "user"]
     assert ps[0].as_messages() == [{"role": "user", "content": "Hello there"}]
     assert ps[1].as_text() == "Be brief.\n\nHi"
-    for line, msg in (("{not json", "not valid JSON"), ('["a"]', "not a JSON object"),
-                      ('{"text": "x"}', 'neither "prompt" nor "messages"'),
-                      ('{"messages": [{"role": "user"}]}', '"messages" must be'),
-                      ('{"prompt": ""}', '"prompt" must be')):
+    for line, msg in (
+        ("{not json", "not valid JSON"),
+        ('["a"]', "not a JSON object"),
+        ('{"text": "x"}', 'neither "prompt" nor "messages"'),
+        ('{"messages": [{"role": "user"}]}', '"messages" must be'),
+        ('{"prompt": ""}', '"prompt" must be'),
+    ):
         f.write_text('{"prompt": "ok"}\n' + line + "\n")
         with pytest.raises(ConfigError) as e:
             load_prompts(Workload(prompts=str(f)))
@@ -62,14 +74,23 @@ def test_jsonl_prompts_and_bad_lines(tmp_path):
 
 def test_sharegpt_and_missing_or_unknown_files(tmp_path):
     f = tmp_path / "sg.json"
-    f.write_text(json.dumps([
-        {"id": "a", "conversations": [{"from": "human", "value": "What is SSE?"}, {"from": "gpt", "value": "..."}]},
-        {"id": "b", "conversations": [{"from": "gpt", "value": "no human turn"}]},
-        {"id": "c", "conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "Second"}]},
-    ]))
+    f.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "a",
+                    "conversations": [{"from": "human", "value": "What is SSE?"}, {"from": "gpt", "value": "..."}],
+                },
+                {"id": "b", "conversations": [{"from": "gpt", "value": "no human turn"}]},
+                {"id": "c", "conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "Second"}]},
+            ]
+        )
+    )
     ps = load_prompts(Workload(prompts=str(f)))
     assert [(p.id, p.category, p.messages[0]["content"]) for p in ps] == [
-        ("a", "sharegpt", "What is SSE?"), ("c", "sharegpt", "Second")]
+        ("a", "sharegpt", "What is SSE?"),
+        ("c", "sharegpt", "Second"),
+    ]
     f.write_text(json.dumps({"conversations": []}))
     with pytest.raises(ConfigError, match="ShareGPT list"):
         load_prompts(Workload(prompts=str(f)))
@@ -108,16 +129,18 @@ def test_itl_is_per_token_and_sums_to_decode_time():
 
 
 def test_sse_parser_handles_split_bytes_crlf_and_spaced_json():
-    body = (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\r\n\r\n'
-            b'data: {"choices": [{"delta": {"content": "Hel"}}]}\r\n\r\n'
-            b': a comment\n\n'
-            b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n'
-            b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
-            b'data: [DONE]\n\n')
+    body = (
+        b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\r\n\r\n'
+        b'data: {"choices": [{"delta": {"content": "Hel"}}]}\r\n\r\n'
+        b": a comment\n\n"
+        b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n'
+        b"data: [DONE]\n\n"
+    )
     for step in (1, 7, len(body)):
         s = SSEStream("chat")
         for i in range(0, len(body), step):
-            s.feed(body[i:i + step], float(i))
+            s.feed(body[i : i + step], float(i))
         assert s.done and not s.error and len(s.arrivals) == 2 and s.usage["completion_tokens"] == 2
     s = SSEStream("chat")
     s.feed(b'data: {"choices":[{"delta":{"content":"a"}}]\n\n', 0.0)  # cut-off JSON
@@ -125,7 +148,7 @@ def test_sse_parser_handles_split_bytes_crlf_and_spaced_json():
 
 
 _REC_BODY = json.loads(
-    (Path("/work/shared/recordings/sglang-0.5.17-h200") / "launch_B_eagle3_topk1.json").read_text()
+    (Path(__file__).resolve().parent / "data" / "sglang-0.5.17-h200" / "launch_B_eagle3_topk1.json").read_text()
 )["endpoints"][6]["raw_body"].encode()
 
 

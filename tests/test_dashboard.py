@@ -8,12 +8,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
-
 from test_report_study import SECRET, build_study, distinct_colours, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,9 +31,25 @@ def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, P
     build_study(root)
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "optimizer", "dashboard", "--study", "ui", "--studies-dir", str(root),
-         "--host", "127.0.0.1", "--port", str(port)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "optimizer",
+            "dashboard",
+            "--study",
+            "ui",
+            "--studies-dir",
+            str(root),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -70,8 +86,19 @@ def test_api_serves_trials_notes_attributes_and_artifacts(dashboard: tuple[str, 
     attrs = {n: {a["key"]: a["value"] for a in t["user_attrs"]} for n, t in trials.items()}
 
     # every metric is a user attribute (the dashboard shows them as columns), constraints mirrored
-    for key in ("tok_per_s", "accept_length", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99",
-                "e2e_ms_p50", "boot_s", "constraint:server", "outcome", "config"):
+    for key in (
+        "tok_per_s",
+        "accept_length",
+        "ttft_ms_p50",
+        "ttft_ms_p99",
+        "itl_ms_p50",
+        "itl_ms_p99",
+        "e2e_ms_p50",
+        "boot_s",
+        "constraint:server",
+        "outcome",
+        "config",
+    ):
         assert key in attrs[1], key
     assert float(attrs[2]["constraint:server"]) == 1.0 and attrs[2]["outcome"] == "infeasible"
     assert "accept_length" in {a["key"] for a in detail["union_user_attrs"]}

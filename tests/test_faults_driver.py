@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from optuna.trial import TrialState
-
 from faults.driver import SPACE, Run, children_of, load_trials, optimize_argv
 from faults.figures import add, study_servers
+from optuna.trial import TrialState
 
 KILLS = 20
 EVENTS = ["early", "starting", "warming_up", "benchmarking", "chunk", " complete"]
@@ -39,8 +38,7 @@ def _wait_gone(study: str, timeout_s: float = 15.0) -> list[int]:
         time.sleep(0.1)
 
 
-def _kill_chain(tmp_path: Path, study: str, kills: int, seed: int, executor: str,
-                events: list[str] = EVENTS) -> dict:
+def _kill_chain(tmp_path: Path, study: str, kills: int, seed: int, executor: str, events: list[str] = EVENTS) -> dict:
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     studies = tmp_path / "studies"
@@ -55,8 +53,10 @@ def _kill_chain(tmp_path: Path, study: str, kills: int, seed: int, executor: str
         launched = sum(1 for s in _snapshot(journal, study).values() if s[2].get("launched"))
         waiting = sum(1 for s in _snapshot(journal, study).values() if s[0] == TrialState.WAITING)
         final = i == kills
-        run = Run(optimize_argv(studies, study, space, launched + (waiting + 1 if final else 2), executor=executor),
-                  tmp_path / f"run-{i}.log")
+        run = Run(
+            optimize_argv(studies, study, space, launched + (waiting + 1 if final else 2), executor=executor),
+            tmp_path / f"run-{i}.log",
+        )
         if final:
             rc = run.wait(240)
             assert rc == 0, run.text()[-3000:]
@@ -78,8 +78,9 @@ def _kill_chain(tmp_path: Path, study: str, kills: int, seed: int, executor: str
         reaped += sum(int(n) for n in re.findall(r"stopped (\d+) server\(s\) left by a previous run", text))
         snap = _snapshot(journal, study)
         # Every trial that was COMPLETE after an earlier kill is still there, COMPLETE, with the same value.
-        lost_now = sum(1 for n, v in kept.items() if n not in snap or snap[n][0] != TrialState.COMPLETE
-                       or snap[n][1] != v)
+        lost_now = sum(
+            1 for n, v in kept.items() if n not in snap or snap[n][0] != TrialState.COMPLETE or snap[n][1] != v
+        )
         lost += lost_now
         if i > 0:
             unresumed += 1
@@ -108,16 +109,32 @@ def _kill_chain(tmp_path: Path, study: str, kills: int, seed: int, executor: str
             assert again[0].params == t.params
     orphans = _wait_gone(study, 5.0)
     pid_files = list((studies / study / "hosts").glob("*/run/*.json"))
-    return {"kills": kills, "survived": survived, "lost": lost, "orphans": len(orphans), "reaped": reaped,
-            "interrupted": len(interrupted), "complete": len(kept), "phases": phases, "pid_files": pid_files,
-            "orphan_pids": orphans}
+    return {
+        "kills": kills,
+        "survived": survived,
+        "lost": lost,
+        "orphans": len(orphans),
+        "reaped": reaped,
+        "interrupted": len(interrupted),
+        "complete": len(kept),
+        "phases": phases,
+        "pid_files": pid_files,
+        "orphan_pids": orphans,
+    }
 
 
 def test_driver_sigkilled_at_20_random_points_resumes_without_loss(tmp_path):
     study = "faults-kill"
     res = _kill_chain(tmp_path, study, KILLS, seed=20261130, executor="thread")
-    add("driver_kills", kills=res["kills"], kills_survived=res["survived"], completed_lost=res["lost"],
-        orphans=res["orphans"], servers_reaped=res["reaped"], trials_requeued=res["interrupted"])
+    add(
+        "driver_kills",
+        kills=res["kills"],
+        kills_survived=res["survived"],
+        completed_lost=res["lost"],
+        orphans=res["orphans"],
+        servers_reaped=res["reaped"],
+        trials_requeued=res["interrupted"],
+    )
     print(f"driver kills: {res}")
     assert res["lost"] == 0
     assert res["orphans"] == 0, res["orphan_pids"]
@@ -131,8 +148,15 @@ def test_driver_sigkilled_with_ray_executor_resumes(tmp_path, ray_runtime):
     # ray_runtime: the session's own runtime is up; the driver subprocess starts its own (as `make optimize`).
     study = "faults-kill-ray"
     res = _kill_chain(tmp_path, study, 1, seed=5, executor="ray", events=["benchmarking"])
-    add("driver_kills_ray", kills=res["kills"], kills_survived=res["survived"], completed_lost=res["lost"],
-        orphans=res["orphans"], servers_reaped=res["reaped"], trials_requeued=res["interrupted"])
+    add(
+        "driver_kills_ray",
+        kills=res["kills"],
+        kills_survived=res["survived"],
+        completed_lost=res["lost"],
+        orphans=res["orphans"],
+        servers_reaped=res["reaped"],
+        trials_requeued=res["interrupted"],
+    )
     print(f"driver kills (ray): {res}")
     assert res["lost"] == 0 and res["orphans"] == 0 and res["survived"] == 1
     assert not res["pid_files"]
@@ -147,8 +171,10 @@ def _start(tmp_path: Path, study: str, trials: int = 3) -> tuple[Run, Path]:
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     studies = tmp_path / "studies"
-    return (Run(optimize_argv(studies, study, space, trials, extra=LONGER), tmp_path / "run.log"),
-            studies / study / "journal.log")
+    return (
+        Run(optimize_argv(studies, study, space, trials, extra=LONGER), tmp_path / "run.log"),
+        studies / study / "journal.log",
+    )
 
 
 @pytest.mark.parametrize("phase", ["booting", "benchmarking"])

@@ -10,10 +10,10 @@ import threading
 import time
 
 import pytest
-
 from faults.figures import add
-from optimizer.bench.client import run_benchmark
-from optimizer.bench.workload import Workload
+
+from optimizer.loadgen.client import run_benchmark
+from optimizer.loadgen.workload import Workload
 
 CHUNK = 'data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 
@@ -49,7 +49,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
         elif mode == "non_json":
-            self._sse("data: this is not json\n\ndata: {\"choices\": [\n\ndata: [DONE]\n\n")
+            self._sse('data: this is not json\n\ndata: {"choices": [\n\ndata: [DONE]\n\n')
             self.close_connection = True
         elif mode == "html":
             body = b"<html><body>502 Bad Gateway</body></html>"
@@ -69,8 +69,10 @@ class Hostile(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
         elif mode == "bad_json_types":
-            self._sse('data: {"choices": "nope", "usage": {"completion_tokens": "many"}}\n\ndata: [1, 2]\n\n'
-                      "data: null\n\ndata: [DONE]\n\n")
+            self._sse(
+                'data: {"choices": "nope", "usage": {"completion_tokens": "many"}}\n\ndata: [1, 2]\n\n'
+                "data: null\n\ndata: [DONE]\n\n"
+            )
             self.close_connection = True
 
 
@@ -90,8 +92,9 @@ def hostile_server():
 @pytest.mark.parametrize("mode", MODES)
 def test_malformed_replies_become_failed_requests(hostile_server, mode):
     Hostile.mode = mode
-    wl = Workload(max_tokens=8, chunks=1, requests_per_chunk=2, warmup_requests=0, request_timeout_s=4,
-                  stall_timeout_s=1)
+    wl = Workload(
+        max_tokens=8, chunks=1, requests_per_chunk=2, warmup_requests=0, request_timeout_s=4, stall_timeout_s=1
+    )
     t0 = time.monotonic()
     res = run_benchmark(f"http://127.0.0.1:{hostile_server.server_address[1]}", wl, model="m")
     took = time.monotonic() - t0

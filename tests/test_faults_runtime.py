@@ -17,10 +17,10 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from optuna.trial import TrialState
-
 from conftest import KIMI, sim_command
 from faults.figures import add, study_servers
+from optuna.trial import TrialState
+
 from optimizer.events import PhaseEvent
 from optimizer.executors import RayExecutor, ThreadExecutor
 from optimizer.export import export_study
@@ -36,8 +36,14 @@ except ImportError:  # pragma: no cover
     from sshd import Sshd, wait_for
 
 FAULTS_DIR = Path(__file__).resolve().parent / "faults"
-FIXED = {"model-path": "m", "speculative-draft-model-path": "d", "tp-size": 8, "attention-backend": "flashinfer",
-         "max-running-requests": 8, "cuda-graph-max-bs": 8}
+FIXED = {
+    "model-path": "m",
+    "speculative-draft-model-path": "d",
+    "tp-size": 8,
+    "attention-backend": "flashinfer",
+    "max-running-requests": 8,
+    "cuda-graph-max-bs": 8,
+}
 SPACE = {
     "name": "faults",
     "fixed": dict(FIXED),
@@ -59,9 +65,15 @@ WORKLOAD = {"max_tokens": 32, "chunks": 3, "requests_per_chunk": 2, "warmup_requ
 
 
 def make_cfg(tmp_path: Path, study: str, **over):
-    data = {"study": study, "studies_dir": str(tmp_path / "studies"),
-            "server": {"command": sim_command(), "boot_timeout_s": 20}, "workload": dict(WORKLOAD),
-            "budget": {"trials": 2}, "sampler": {"seed": 1}, "pruner": {"name": "none"}}
+    data = {
+        "study": study,
+        "studies_dir": str(tmp_path / "studies"),
+        "server": {"command": sim_command(), "boot_timeout_s": 20},
+        "workload": dict(WORKLOAD),
+        "budget": {"trials": 2},
+        "sampler": {"seed": 1},
+        "pruner": {"name": "none"},
+    }
     for k, v in over.items():
         if isinstance(v, dict) and isinstance(data.get(k), dict):
             data[k] = {**data[k], **v}
@@ -121,16 +133,24 @@ def test_servers_crashing_by_themselves_become_recorded_trials(tmp_path):
     """The simulator's own failure modes (the profile's): OOM at boot, illegal memory access mid-benchmark, NCCL
     hang (boot timeout). Each is a recorded trial with SGLang's reason and the log tail; the study goes on."""
     # the simulator crashes a tree like MIDCRASH after 3 to 42 requests: 45 requests always reach it
-    cfg = make_cfg(tmp_path, "faults-crash", initial=[OOM, MIDCRASH, HANG, GOOD], budget={"trials": 5},
-                   server={"command": sim_command(), "boot_timeout_s": 8},
-                   workload={"chunks": 4, "requests_per_chunk": 11, "max_tokens": 12})
+    cfg = make_cfg(
+        tmp_path,
+        "faults-crash",
+        initial=[OOM, MIDCRASH, HANG, GOOD],
+        budget={"trials": 5},
+        server={"command": sim_command(), "boot_timeout_s": 8},
+        workload={"chunks": 4, "requests_per_chunk": 11, "max_tokens": 12},
+    )
     space = parse_space(SPACE, "faults.yaml")
     hosts = [local_host("local")]
     rec = Recorder()
     trials = run_study(cfg, space, hosts, ThreadExecutor(hosts, cfg.study_dir.absolute()), rec)
     by = {json.dumps(t.params, sort_keys=True): t for t in trials if t.params}
-    expect = {"oom": (OOM, "Not enough memory"), "crash_serving": (MIDCRASH, "illegal memory access"),
-              "timeout": (HANG, "not ready after")}
+    expect = {
+        "oom": (OOM, "Not enough memory"),
+        "crash_serving": (MIDCRASH, "illegal memory access"),
+        "timeout": (HANG, "not ready after"),
+    }
     for kind, (params, needle) in expect.items():
         t = by[json.dumps(params, sort_keys=True)]
         ua = t.user_attrs
@@ -149,9 +169,14 @@ def test_server_killed_at_each_phase(tmp_path):
     """SIGKILL the server's process group while it boots, warms up and serves the benchmark."""
     plan = {0: "booting", 1: "warming_up", 2: "benchmarking"}
     killed: dict[int, tuple[str, int]] = {}
-    cfg = make_cfg(tmp_path, "faults-phase", initial=[GOOD, {**GOOD, "speculative-num-steps": 3}],
-                   budget={"trials": 4}, workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64},
-                   server={"command": sim_command(time_scale=0.004), "boot_timeout_s": 30})
+    cfg = make_cfg(
+        tmp_path,
+        "faults-phase",
+        initial=[GOOD, {**GOOD, "speculative-num-steps": 3}],
+        budget={"trials": 4},
+        workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64},
+        server={"command": sim_command(time_scale=0.004), "boot_timeout_s": 30},
+    )
     run_dir = cfg.study_dir.absolute() / "hosts" / "local" / "run"
 
     def hook(driver, ev) -> None:
@@ -171,8 +196,9 @@ def test_server_killed_at_each_phase(tmp_path):
         ua = trials[n].user_attrs
         assert ua["outcome"] in ("infeasible", "failed"), (phase, ua)
         assert ua.get("failure_reason"), (phase, ua)
-        assert "-9" in ua["failure_reason"] or "status" in ua["failure_reason"] or "no request" in \
-            ua["failure_reason"], (phase, ua["failure_reason"])
+        assert (
+            "-9" in ua["failure_reason"] or "status" in ua["failure_reason"] or "no request" in ua["failure_reason"]
+        ), (phase, ua["failure_reason"])
         assert ua.get("log_tail"), (phase, ua)
     # the study went on: the last launch completed
     assert trials[-1].user_attrs["outcome"] == "complete", [t.user_attrs.get("outcome") for t in trials]
@@ -189,8 +215,13 @@ def test_ray_actor_killed_mid_trial_requeued_once(tmp_path, ray_runtime):
     server the dead actor left is stopped, and the study goes on with a new actor."""
     kills: list[tuple[int, str]] = []
     plan = {0: ["benchmarking"], 1: ["booting", "booting"]}  # trial number -> the phases at which to kill
-    cfg = make_cfg(tmp_path, "faults-actor", budget={"trials": 2}, initial=[GOOD],
-                   workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64})
+    cfg = make_cfg(
+        tmp_path,
+        "faults-actor",
+        budget={"trials": 2},
+        initial=[GOOD],
+        workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64},
+    )
     space = parse_space(SPACE, "faults.yaml")
     hosts = [local_host("h0")]
     executor = RayExecutor(hosts, cfg.study_dir.absolute())
@@ -257,9 +288,21 @@ def sshd(tmp_path_factory):
 
 
 def ssh_host(sshd: Sshd, tmp_path: Path, **over) -> HostConfig:
-    base = dict(name="ssh0", type="ssh", address="127.0.0.1", ssh_port=sshd.port, user=sshd.user,
-                key_file=str(sshd.user_key), use_agent=False, known_hosts=str(sshd.trust()), connect_timeout_s=5,
-                keepalive_s=2, python=sys.executable, workdir=str(tmp_path / "remote"), server_port="auto")
+    base = dict(
+        name="ssh0",
+        type="ssh",
+        address="127.0.0.1",
+        ssh_port=sshd.port,
+        user=sshd.user,
+        key_file=str(sshd.user_key),
+        use_agent=False,
+        known_hosts=str(sshd.trust()),
+        connect_timeout_s=5,
+        keepalive_s=2,
+        python=sys.executable,
+        workdir=str(tmp_path / "remote"),
+        server_port="auto",
+    )
     base.update(over)
     return HostConfig(**base)
 
@@ -272,8 +315,13 @@ def test_ssh_connection_cut_mid_trial(tmp_path, sshd):
     cleanly as a host fault), and no remote server is left running."""
     cuts: list[tuple[int, str]] = []
     plan = {0: "booting", 1: "benchmarking"}
-    cfg = make_cfg(tmp_path, "faults-ssh", budget={"trials": 3}, initial=[GOOD],
-                   workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64})
+    cfg = make_cfg(
+        tmp_path,
+        "faults-ssh",
+        budget={"trials": 3},
+        initial=[GOOD],
+        workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64},
+    )
     space = parse_space(SPACE, "faults.yaml")
     hosts = [ssh_host(sshd, tmp_path)]
     executor = ThreadExecutor(hosts, cfg.study_dir.absolute())
@@ -303,16 +351,27 @@ def test_ssh_connection_cut_mid_trial(tmp_path, sshd):
 
 def test_ssh_cut_is_not_blamed_on_the_configuration():
     assert "outcomes" in SSH_CUT, "test_ssh_connection_cut_mid_trial must run first (same module, file order)"
-    for n, (phase, ua) in SSH_CUT["outcomes"].items():
+    for _n, (phase, ua) in SSH_CUT["outcomes"].items():
         # reconnected and finished, or re-queued after a clean host fault: never a constraint violation
         assert ua.get("outcome") == "complete" or any(k.startswith("host_fault") for k in ua), (phase, ua)
 
 
 # ------------------------------------------------------------------------------------------- hostile values
 
-HOSTILE = ["$(touch {m}/a)", "`touch {m}/b`", "x; touch {m}/c", "x && touch {m}/d", "x | touch {m}/e",
-           "x\ntouch {m}/f", "'; touch {m}/g; '", '"; touch {m}/h; "', "${{IFS}}touch${{IFS}}{m}/i", "x > {m}/j",
-           "$((1+1))", "*"]
+HOSTILE = [
+    "$(touch {m}/a)",
+    "`touch {m}/b`",
+    "x; touch {m}/c",
+    "x && touch {m}/d",
+    "x | touch {m}/e",
+    "x\ntouch {m}/f",
+    "'; touch {m}/g; '",
+    '"; touch {m}/h; "',
+    "${{IFS}}touch${{IFS}}{m}/i",
+    "x > {m}/j",
+    "$((1+1))",
+    "*",
+]
 
 
 def _hostile_space(m: Path) -> dict:
@@ -331,18 +390,36 @@ def test_hostile_values_reach_the_server_literally(tmp_path, where, request):
     dump = tmp_path / "dump"
     dump.mkdir()
     vals = [h.format(m=marker) for h in HOSTILE]
-    command = ["{python}", str(FAULTS_DIR / "argv_dump.py"), str(dump), "-m", "optimizer.sim", "--sim-profile",
-               KIMI, "--sim-time-scale", "0.002", "--sim-step-scale", "0.1"]
+    command = [
+        "{python}",
+        str(FAULTS_DIR / "argv_dump.py"),
+        str(dump),
+        "-m",
+        "optimizer.sim",
+        "--sim-profile",
+        KIMI,
+        "--sim-time-scale",
+        "0.002",
+        "--sim-step-scale",
+        "0.1",
+    ]
     study = f"faults-inject-{where}"
-    cfg = make_cfg(tmp_path, study, budget={"trials": 2}, server={"command": command, "boot_timeout_s": 20,
-                                                                  "env": {"HOSTILE_S": vals[6]}},
-                   initial=[{**GOOD, "HOSTILE_P": vals[3]}])
+    cfg = make_cfg(
+        tmp_path,
+        study,
+        budget={"trials": 2},
+        server={"command": command, "boot_timeout_s": 20, "env": {"HOSTILE_S": vals[6]}},
+        initial=[{**GOOD, "HOSTILE_P": vals[3]}],
+    )
     space_file = tmp_path / "hostile.yaml"  # through a real YAML file, as a user would write it
     space_file.write_text(yaml.safe_dump(_hostile_space(marker), allow_unicode=True))
     space = load_space(space_file)
     if where == "ssh":
-        hosts = [ssh_host(request.getfixturevalue("sshd"), tmp_path, env={"HOSTILE_H": vals[7]},
-                          cuda_visible_devices=vals[8])]
+        hosts = [
+            ssh_host(
+                request.getfixturevalue("sshd"), tmp_path, env={"HOSTILE_H": vals[7]}, cuda_visible_devices=vals[8]
+            )
+        ]
     else:
         hosts = [HostConfig(name="local", type="local", env={"HOSTILE_H": vals[7]}, cuda_visible_devices=vals[8])]
     rec = Recorder()
@@ -361,8 +438,7 @@ def test_hostile_values_reach_the_server_literally(tmp_path, where, request):
         assert env["HOSTILE_S"] == vals[6] and env["HOSTILE_H"] == vals[7]
     assert {d["env"].get("HOSTILE_P") for d in dumps} >= {vals[3]}
     executed = sorted(p.name for p in marker.iterdir())
-    add("injections", injections_tried=len(vals) * 2, injections_executed=len(executed),
-        orphans=len(wait_gone(study)))
+    add("injections", injections_tried=len(vals) * 2, injections_executed=len(executed), orphans=len(wait_gone(study)))
     assert not executed, f"shell metacharacters were executed: {executed}"
 
 
@@ -376,15 +452,22 @@ def test_secrets_never_reach_logs_notes_or_exports(tmp_path):
     space_data = json.loads(json.dumps(SPACE))
     space_data["env"] = {"HF_TOKEN": TOKEN, "DB_PASSWORD": PASSWORD}
     space_data["fixed"]["api-key"] = TOKEN
-    cfg = make_cfg(tmp_path, "faults-secrets", budget={"trials": 2}, initial=[GOOD],
-                   server={"command": sim_command(), "env": {"MY_AUTH_TOKEN": TOKEN}})
+    cfg = make_cfg(
+        tmp_path,
+        "faults-secrets",
+        budget={"trials": 2},
+        initial=[GOOD],
+        server={"command": sim_command(), "env": {"MY_AUTH_TOKEN": TOKEN}},
+    )
     space = parse_space(space_data, "secret.yaml")
     hosts = [HostConfig(name="local", type="local", env={"HF_TOKEN": TOKEN, "GIT_PASSWORD": PASSWORD})]
     rec = Recorder()
     trials = run_study(cfg, space, hosts, ThreadExecutor(hosts, cfg.study_dir.absolute()), rec)
     assert any(t.user_attrs.get("outcome") == "complete" for t in trials[1:]), rec.lines
-    study = optuna.load_study(study_name=cfg.study, storage=optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(cfg.storage_url)))
+    study = optuna.load_study(
+        study_name=cfg.study,
+        storage=optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(cfg.storage_url)),
+    )
     export_study(study, cfg.study_dir)
     places: dict[str, str] = {"progress": "\n".join(rec.lines)}
     for name in ("best.yaml", "best.env", "summary.json", "journal.log"):
@@ -406,15 +489,25 @@ def test_secrets_never_reach_logs_notes_or_exports(tmp_path):
 def test_ctrl_c_while_a_requeued_trial_waits_for_a_host(tmp_path):
     """Ctrl-C while a trial waits for a host (its host was quarantined, the other one is busy): the driver stops
     once the running trial is stopped, and the waiting trial is recorded (not left RUNNING)."""
-    cfg = make_cfg(tmp_path, "faults-int-pending", budget={"trials": 3},
-                   workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64})
+    cfg = make_cfg(
+        tmp_path,
+        "faults-int-pending",
+        budget={"trials": 3},
+        workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64},
+    )
     space = parse_space(SPACE, "faults.yaml")
     hosts = [HostConfig(name="bad", type="local", python=str(tmp_path / "no-such-python")), local_host("good")]
     fired: list[int] = []
 
     def hook(driver, ev) -> None:
-        if (isinstance(ev, PhaseEvent) and ev.host == "good" and ev.phase == "benchmarking" and not fired
-                and "bad" in driver.quarantined and driver.pending):
+        if (
+            isinstance(ev, PhaseEvent)
+            and ev.host == "good"
+            and ev.phase == "benchmarking"
+            and not fired
+            and "bad" in driver.quarantined
+            and driver.pending
+        ):
             fired.append(len(driver.pending))
             driver._on_sigint(signal.SIGINT, None)  # the driver's own Ctrl-C handler, as the signal would run it
 
@@ -439,13 +532,19 @@ def test_ssh_host_lost_mid_trial_server_stopped_by_next_run(tmp_path):
     """sshd goes away and the connection is cut while a trial benchmarks: the trial ends as a host fault, the
     host is quarantined and the driver stops (no hang). The remote server could not be reached to stop it; once
     sshd is back, the next run finds it through its remote pid file and stops it."""
-    from tests.sshd import SSHD
     import subprocess
+
+    from tests.sshd import SSHD
 
     sshd = Sshd(tmp_path / "sshd")
     cut: list[int] = []
-    cfg = make_cfg(tmp_path, "faults-ssh-lost", budget={"trials": 2}, initial=[GOOD],
-                   workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64})
+    cfg = make_cfg(
+        tmp_path,
+        "faults-ssh-lost",
+        budget={"trials": 2},
+        initial=[GOOD],
+        workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64},
+    )
     space = parse_space(SPACE, "faults.yaml")
     hosts = [ssh_host(sshd, tmp_path, connect_timeout_s=2)]
     executor = ThreadExecutor(hosts, cfg.study_dir.absolute())
@@ -469,12 +568,21 @@ def test_ssh_host_lost_mid_trial_server_stopped_by_next_run(tmp_path):
         assert any(k.startswith("host_fault") for k in t.user_attrs) or t.user_attrs.get("outcome"), t.user_attrs
         left_behind = study_servers(cfg.study)
         # sshd comes back (same port, same keys); the same study is run again
-        restarted = subprocess.Popen([SSHD, "-D", "-e", "-f", str(sshd.config)], start_new_session=True,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        restarted = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(sshd.config)],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         sshd.proc = restarted
         wait_for(sshd._listening, 10, "sshd back")
-        cfg2 = make_cfg(tmp_path, "faults-ssh-lost", budget={"trials": 3}, initial=[GOOD],
-                        workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64})
+        cfg2 = make_cfg(
+            tmp_path,
+            "faults-ssh-lost",
+            budget={"trials": 3},
+            initial=[GOOD],
+            workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64},
+        )
         rec2 = Recorder()
         run_study(cfg2, space, hosts, ThreadExecutor(hosts, cfg2.study_dir.absolute()), rec2)
         reaped = [line for line in rec2.lines if "left by a previous run" in line]

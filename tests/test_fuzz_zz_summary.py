@@ -31,12 +31,23 @@ def test_fault_injection_figures(request):
     }
     out = ROOT / "studies" / "faults" / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"figures": figures, "by_test": {k: dict(v) for k, v in DETAIL.items()},
-                               "written": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, indent=2) + "\n")
-    line = ("fault injection: kills survived {kills_survived}/{kills}, completed trials lost {completed_trials_lost}, "
-            "orphan servers {orphan_servers}, fuzz cases {fuzz_cases}, injections executed "
-            "{injections_executed}/{injections_tried}, secrets leaked {secrets_leaked}, hostile replies "
-            "{hostile_replies}").format(**figures)
+    out.write_text(
+        json.dumps(
+            {
+                "figures": figures,
+                "by_test": {k: dict(v) for k, v in DETAIL.items()},
+                "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    line = (
+        "fault injection: kills survived {kills_survived}/{kills}, completed trials lost {completed_trials_lost}, "
+        "orphan servers {orphan_servers}, fuzz cases {fuzz_cases}, injections executed "
+        "{injections_executed}/{injections_tried}, secrets leaked {secrets_leaked}, hostile replies "
+        "{hostile_replies}"
+    ).format(**figures)
     tr = request.config.pluginmanager.get_plugin("terminalreporter")
     capman = request.config.pluginmanager.get_plugin("capturemanager")
     if tr is not None:

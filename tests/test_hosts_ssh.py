@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import HostError
-from optimizer.hosts import HostConfig, SSHHost, make_host
-from optimizer.hosts import _proc
+from optimizer.hosts import HostConfig, SSHHost, _proc, make_host
 
 try:
     from tests.sshd import TOY_SERVER, Sshd, free_port, log_line, pid_alive, wait_for
@@ -115,7 +114,7 @@ def test_hostile_values_reach_the_server_literally(host: SSHHost, tmp_path: Path
         "TOY_SEMI": f"; touch {pwned[1]}; rm -rf x",
         "TOY_VAR": "$HOME ${PATH} \\ 'single' \"double\"",
     }
-    flag = f"it's \"q\" `touch {pwned[2]}` $(touch {pwned[3]}) | & > y\nnew line"
+    flag = f'it\'s "q" `touch {pwned[2]}` $(touch {pwned[3]}) | & > y\nnew line'
     h, port, log = boot(host, tmp_path, "--flag", flag, "", "--x=$HOME", env=env)
     assert json.loads(log_line(log, "ARGV")) == [str(port), "--flag", flag, "", "--x=$HOME"]
     got = json.loads(log_line(log, "ENV"))

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 
 import optuna
 import optuna_dashboard
+from test_report_study import SECRET, build_study
 
 from optimizer.notes import annotate, attach_artifacts, note_markdown, redact_attrs, redact_log, trial_artifacts
 from optimizer.settings import StudyConfig
 from optimizer.study import open_storage
-from test_report_study import SECRET, build_study
 
 
 def _note(study: optuna.Study, number: int) -> str:
@@ -22,8 +22,9 @@ def _note(study: optuna.Study, number: int) -> str:
 
 
 def test_redaction_keeps_draft_tokens_and_hides_secrets() -> None:
-    assert redact_attrs({"speculative-num-draft-tokens": 8, "HF_TOKEN": "x", "api-key": "y", "tokenizer-path": "t"}) \
-        == {"speculative-num-draft-tokens": 8, "HF_TOKEN": "***", "api-key": "***", "tokenizer-path": "t"}
+    assert redact_attrs(
+        {"speculative-num-draft-tokens": 8, "HF_TOKEN": "x", "api-key": "y", "tokenizer-path": "t"}
+    ) == {"speculative-num-draft-tokens": 8, "HF_TOKEN": "***", "api-key": "***", "tokenizer-path": "t"}
     text = f"ServerArgs(api_key='abc', max_total_tokens=5) --api-key sekrit --port 1 first token 5 {SECRET}"
     out = redact_log(text)
     assert "abc" not in out and "sekrit" not in out and SECRET not in out
@@ -38,7 +39,9 @@ def test_annotate_is_idempotent_and_quick(tmp_path: Path) -> None:
     annotate(study, frozen, cfg)
     assert time.perf_counter() - t0 < 2.0
     assert trial_artifacts(study, frozen._trial_id) == before  # not uploaded twice
-    assert len(list((cfg.study_dir / "artifacts").iterdir())) == 2 + 2 + 1 + 2  # logs and records of trials 0-3 (2 has no records)
+    assert (
+        len(list((cfg.study_dir / "artifacts").iterdir())) == 2 + 2 + 1 + 2
+    )  # logs and records of trials 0-3 (2 has no records)
     note = _note(study, 1)
     assert note.startswith("## Trial 1: EAGLE3 s3 k1 d4") and "+69.3% against the baseline" in note
 

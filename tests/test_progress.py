@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from test_report_study import build_study
 
 from optimizer.app import make_progress
 from optimizer.events import ChunkEvent, PhaseEvent, TrialResult
@@ -19,7 +20,6 @@ from optimizer.hosts.config import local_host
 from optimizer.progress import MAX_REFRESH_PER_SECOND, RichProgress, fmt_duration
 from optimizer.space import load_space
 from optimizer.study import Active, Driver, Progress
-from test_report_study import build_study
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,10 +31,26 @@ def _driver(tmp_path: Path, n: int | None = None) -> Driver:
     driver = Driver(cfg, space, [local_host("gpu-a"), local_host("gpu-b")], executor=None, study=study)
     driver.boot_times, driver.bench_times = [90.0, 86.0], [80.0]
     # two trials in flight
-    for host, values in (("gpu-a", {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 3,
-                                    "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 8}),
-                         ("gpu-b", {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 1,
-                                    "speculative-eagle-topk": 1, "NCCL_PROTO": "LL"})):
+    for host, values in (
+        (
+            "gpu-a",
+            {
+                "speculative-algorithm": "EAGLE3",
+                "speculative-num-steps": 3,
+                "speculative-eagle-topk": 4,
+                "speculative-num-draft-tokens": 8,
+            },
+        ),
+        (
+            "gpu-b",
+            {
+                "speculative-algorithm": "EAGLE3",
+                "speculative-num-steps": 1,
+                "speculative-eagle-topk": 1,
+                "NCCL_PROTO": "LL",
+            },
+        ),
+    ):
         trial = study.ask()
         cand = space.candidate(values)
         driver.active[trial.number] = Active(trial=trial, candidate=cand, key=cand.key(), spec=None, host=host)
@@ -54,9 +70,11 @@ def test_rich_progress_shows_hosts_best_gain_trials_and_eta(tmp_path: Path) -> N
     prog.start(driver)
     try:
         now = time.time()
-        for ev in (PhaseEvent(trial=a, host="gpu-a", phase="booting", t=now - 75, detail="weights_loaded"),
-                   PhaseEvent(trial=b, host="gpu-b", phase="benchmarking", t=now - 12),
-                   ChunkEvent(trial=b, host="gpu-b", index=2, tok_per_s=181.25, completed=16, failed=0, wall_s=20.0)):
+        for ev in (
+            PhaseEvent(trial=a, host="gpu-a", phase="booting", t=now - 75, detail="weights_loaded"),
+            PhaseEvent(trial=b, host="gpu-b", phase="benchmarking", t=now - 12),
+            ChunkEvent(trial=b, host="gpu-b", index=2, tok_per_s=181.25, completed=16, failed=0, wall_s=20.0),
+        ):
             if isinstance(ev, PhaseEvent):  # what Driver._handle does before it passes the event on
                 driver.host_phase[ev.host] = (ev.phase, ev.trial, ev.t)
             prog.event(driver, ev)
@@ -109,8 +127,9 @@ def test_plain_lines_when_not_a_terminal_and_rich_on_one() -> None:
     # on a real pseudo-terminal the same call picks the live display
     code = "from optimizer.app import make_progress; print(type(make_progress(plain=False)).__name__)"
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=slave, stderr=slave, cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=slave, stderr=slave, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
     os.close(slave)
     out = b""
     while True:

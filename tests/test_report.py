@@ -10,10 +10,10 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
+from test_report_study import SECRET, build_study, distinct_colours, open_page
 
 from optimizer.report import FIGURES, render_figures, write_report
 from optimizer.study import open_storage
-from test_report_study import SECRET, build_study, distinct_colours, open_page
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -21,8 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_report_command_renders_offline_in_chromium(tmp_path: Path) -> None:
     build_study(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "optimizer", "report", "--study", "ui", "--studies-dir",
-                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimizer", "report", "--study", "ui", "--studies-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     path = tmp_path / "ui" / "report.html"
     assert f"wrote {path}" in proc.stdout
@@ -44,7 +50,7 @@ def test_report_command_renders_offline_in_chromium(tmp_path: Path) -> None:
     dom, png = open_page(path.as_uri(), "report.png", budget_ms=15000)
     assert dom.count('class="main-svg"') >= len(FIGURES), dom[:2000]
     for key, _, _ in FIGURES:
-        block = dom[dom.index(f'id="fig-{key}"'):]
+        block = dom[dom.index(f'id="fig-{key}"') :]
         assert 'class="main-svg"' in block[:200000], f"plot {key} did not render"
     assert "baseline (no speculation)" in dom  # the baseline line on the history
     assert "#4 pruned" in dom  # the pruned trial is marked on the intermediate values
@@ -58,8 +64,7 @@ def test_report_command_renders_offline_in_chromium(tmp_path: Path) -> None:
 
 def test_report_for_studies_with_little_or_nothing(tmp_path: Path) -> None:
     # no trial at all
-    empty = optuna.create_study(study_name="empty", storage=open_storage(str(tmp_path / "e.log")),
-                                direction="maximize")
+    empty = optuna.create_study(study_name="empty", storage=open_storage(str(tmp_path / "e.log")), direction="maximize")
     doc = write_report(empty, tmp_path / "empty" / "report.html").read_text()
     assert "no feasible trial yet" in doc and "not shown" in doc
 

@@ -20,10 +20,22 @@ from optimizer.notes import annotate
 from optimizer.settings import StudyConfig
 from optimizer.study import baseline_trial, best_trial, open_storage
 
-STEPS, TOPK, DRAFT, ALGO = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens",
-                            "speculative-algorithm")
-PHASES = ("server_args", "dist_init", "weights_loaded", "memory_pool", "cuda_graph_begin", "cuda_graph_end",
-          "http_up", "ready_line")
+STEPS, TOPK, DRAFT, ALGO = (
+    "speculative-num-steps",
+    "speculative-eagle-topk",
+    "speculative-num-draft-tokens",
+    "speculative-algorithm",
+)
+PHASES = (
+    "server_args",
+    "dist_init",
+    "weights_loaded",
+    "memory_pool",
+    "cuda_graph_begin",
+    "cuda_graph_end",
+    "http_up",
+    "ready_line",
+)
 SECRET = "hf_" + "A" * 30
 
 
@@ -42,8 +54,15 @@ class Spec:
 
 
 def _specs() -> list[Spec]:
-    def p(algo: str = "EAGLE3", s: int = 3, k: int = 1, d: int | None = None, attn: str = "flashinfer",
-          proto: str = "unset", nalgo: str = "unset") -> dict[str, Any]:
+    def p(
+        algo: str = "EAGLE3",
+        s: int = 3,
+        k: int = 1,
+        d: int | None = None,
+        attn: str = "flashinfer",
+        proto: str = "unset",
+        nalgo: str = "unset",
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {ALGO: algo}
         if algo != "none":
             out.update({STEPS: s, TOPK: k})
@@ -55,16 +74,32 @@ def _specs() -> list[Spec]:
     return [
         Spec("complete", p("none"), tok=101.0, host="gpu-a"),
         Spec("complete", p(s=3, k=1), tok=171.0, accept=2.9, host="gpu-b"),
-        Spec("infeasible", p(s=4, k=4, d=16, attn="triton"), host="gpu-a", kind="cuda_graph",
-             reason="CUDA graph capture failed: triton attention does not support tree speculation"),
+        Spec(
+            "infeasible",
+            p(s=4, k=4, d=16, attn="triton"),
+            host="gpu-a",
+            kind="cuda_graph",
+            reason="CUDA graph capture failed: triton attention does not support tree speculation",
+        ),
         Spec("complete", p(s=2, k=1, proto="LL", nalgo="Ring"), tok=188.5, accept=2.6, host="gpu-b"),
         Spec("pruned", p(s=5, k=2, d=6), tok=120.0, accept=3.4, host="gpu-a", prune_at=1),
         Spec("duplicate", p(s=3, k=1), tok=171.0, host="", dup_of=1, launched=False),
-        Spec("infeasible", p(s=5, k=4, d=16), host="", kind="precheck", launched=False,
-             reason="tree of 4^5 nodes exceeds the runtime limit"),
+        Spec(
+            "infeasible",
+            p(s=5, k=4, d=16),
+            host="",
+            kind="precheck",
+            launched=False,
+            reason="tree of 4^5 nodes exceeds the runtime limit",
+        ),
         Spec("complete", p(s=1, k=1, proto="LL"), tok=150.2, accept=1.8, host="gpu-b"),
-        Spec("infeasible", p(s=3, k=2, d=8, proto="LL128", nalgo="Tree"), host="gpu-a", kind="hang",
-             reason="no progress for 600 s (NCCL LL128 with Tree)"),
+        Spec(
+            "infeasible",
+            p(s=3, k=2, d=8, proto="LL128", nalgo="Tree"),
+            host="gpu-a",
+            kind="hang",
+            reason="no progress for 600 s (NCCL LL128 with Tree)",
+        ),
         Spec("complete", p(s=2, k=2, d=4), tok=176.3, accept=2.8, host="gpu-b"),
         Spec("failed", p(s=4, k=1), host="gpu-a", kind="host_fault", reason="host fault: ssh connection lost"),
         Spec("complete", p(s=4, k=1, nalgo="Ring"), tok=163.9, accept=3.2, host="gpu-b"),
@@ -98,14 +133,19 @@ def _short(params: dict[str, Any]) -> str:
     return s
 
 
-def build_study(root: Path, *, name: str = "ui", n: int | None = None, seed: int = 0) -> tuple[optuna.Study,
-                                                                                                 StudyConfig]:
+def build_study(
+    root: Path, *, name: str = "ui", n: int | None = None, seed: int = 0
+) -> tuple[optuna.Study, StudyConfig]:
     """``root/<name>/journal.log`` with ``n`` (default all 14) trials of every outcome on two hosts."""
     rng = random.Random(seed)
     cfg = StudyConfig(study=name, studies_dir=str(root))
     cfg.study_dir.mkdir(parents=True, exist_ok=True)
-    study = optuna.create_study(study_name=name, storage=open_storage(cfg.storage_url), direction="maximize",
-                                sampler=optuna.samplers.RandomSampler(seed=seed))
+    study = optuna.create_study(
+        study_name=name,
+        storage=open_storage(cfg.storage_url),
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=seed),
+    )
     study.set_user_attr("optimizer_version", "test")
     study.set_user_attr("server_command", f"python3 -m sglang.launch_server --api-key {SECRET}")
     study.set_user_attr("space", "search_spaces/demo.yaml")
@@ -113,7 +153,7 @@ def build_study(root: Path, *, name: str = "ui", n: int | None = None, seed: int
     study.set_user_attr("created", "2026-11-30T08:00:00+0000")
     clock = {"gpu-a": 1_780_000_000.0, "gpu-b": 1_780_000_030.0, "": 1_780_000_000.0}
     specs = _specs()[: n or None]
-    for i, sp in enumerate(specs):
+    for _i, sp in enumerate(specs):
         study.enqueue_trial(sp.params)
         trial = study.ask()
         _suggest(trial, sp.params)
@@ -146,7 +186,8 @@ def build_study(root: Path, *, name: str = "ui", n: int | None = None, seed: int
             stop = 5 if sp.kind == "cuda_graph" else len(PHASES)
             for ph in PHASES[:stop]:
                 at += {"weights_loaded": 40.0, "cuda_graph_end": 25.0 + 4 * sp.params.get(STEPS, 0)}.get(
-                    ph, rng.uniform(0.5, 4))
+                    ph, rng.uniform(0.5, 4)
+                )
                 boot[ph] = round(at, 2)
             ua("boot_phases", boot)
             if sp.kind != "cuda_graph":
@@ -154,15 +195,16 @@ def build_study(root: Path, *, name: str = "ui", n: int | None = None, seed: int
             trial_dir = cfg.study_dir / "trials" / str(trial.number)
             trial_dir.mkdir(parents=True, exist_ok=True)
             log = trial_dir / "server.log"
-            log.write_text("".join(f"[2026-11-30 08:00:{j:02d}] boot line {j}\n" for j in range(40))
-                           + f"server_args=ServerArgs(model_path='m', api_key='{SECRET}', tp_size=8)\n"
-                           + ("RuntimeError: CUDA graph capture failed\n" if sp.kind == "cuda_graph" else ""))
+            log.write_text(
+                "".join(f"[2026-11-30 08:00:{j:02d}] boot line {j}\n" for j in range(40))
+                + f"server_args=ServerArgs(model_path='m', api_key='{SECRET}', tp_size=8)\n"
+                + ("RuntimeError: CUDA graph capture failed\n" if sp.kind == "cuda_graph" else "")
+            )
             ua("log_path", str(log.absolute()))
             chunks = 4 if sp.outcome == "complete" else (sp.prune_at + 1 if sp.prune_at is not None else 0)
             if chunks:
                 rec = trial_dir / "bench.json"
-                rec.write_text(json.dumps({"records": [{"ttft_ms": 50 + j, "output_tokens": 256}
-                                                       for j in range(8)]}))
+                rec.write_text(json.dumps({"records": [{"ttft_ms": 50 + j, "output_tokens": 256} for j in range(8)]}))
                 ua("records_path", str(rec.absolute()))
             for c in range(chunks):
                 trial.report(sp.tok * (0.95 + 0.03 * c) + rng.uniform(-3, 3), step=c)
@@ -173,8 +215,11 @@ def build_study(root: Path, *, name: str = "ui", n: int | None = None, seed: int
             if chunks:
                 ua("tok_per_s", sp.tok)
                 ua("requests_per_s", sp.tok / 256)
-                for m, base in (("ttft_ms", 180.0), ("itl_ms", 1000.0 / max(sp.tok, 1) * 16),
-                                ("e2e_ms", 256 * 16000.0 / max(sp.tok, 1))):
+                for m, base in (
+                    ("ttft_ms", 180.0),
+                    ("itl_ms", 1000.0 / max(sp.tok, 1) * 16),
+                    ("e2e_ms", 256 * 16000.0 / max(sp.tok, 1)),
+                ):
                     ua(f"{m}_mean", base)
                     ua(f"{m}_p50", base * 0.95)
                     ua(f"{m}_p99", base * 1.8)
@@ -201,8 +246,7 @@ def build_study(root: Path, *, name: str = "ui", n: int | None = None, seed: int
             ua("failure_kind", sp.kind)
             ua("failure_reason", sp.reason)
             if sp.launched:
-                ua("log_tail", f"loading weights\n  File \"x.py\", line 3\nRuntimeError: {sp.reason}\n"
-                               f"token={SECRET}\n")
+                ua("log_tail", f'loading weights\n  File "x.py", line 3\nRuntimeError: {sp.reason}\ntoken={SECRET}\n')
             name = "tree_size" if sp.kind == "precheck" else "server"
             trial.set_constraint(name, 1.0)
             ua(f"constraint:{name}", 1.0)
@@ -227,9 +271,18 @@ def test_build_study_has_every_outcome(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- headless Chromium
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--hide-scrollbars")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--hide-scrollbars",
+)
 SCREENSHOTS = Path(__file__).parent / "screenshots"
 
 
@@ -241,8 +294,10 @@ def chromium() -> str:
         path = shutil.which(name)
         if path:
             return path
-    raise AssertionError("headless Chromium is not installed: run `make system-deps` (or `make test`, which runs "
-                         "it) or `apt-get install -y chromium`")
+    raise AssertionError(
+        "headless Chromium is not installed: run `make system-deps` (or `make test`, which runs "
+        "it) or `apt-get install -y chromium`"
+    )
 
 
 def run_chromium(url: str, *args: str, timeout: float = 120.0) -> str:
@@ -250,13 +305,17 @@ def run_chromium(url: str, *args: str, timeout: float = 120.0) -> str:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
-        proc = subprocess.run([chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, url],
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args, url],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     assert proc.returncode == 0, f"chromium exited {proc.returncode}: {proc.stderr[-2000:]}"
     return proc.stdout
 
 
-def png_pixels(path: Path) -> "Any":
+def png_pixels(path: Path) -> Any:
     """Decode an 8-bit non-interlaced PNG (what Chromium writes) into an (h, w, channels) uint8 array."""
     import struct
     import zlib
@@ -267,8 +326,8 @@ def png_pixels(path: Path) -> "Any":
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
     pos, idat, w = 8, [], 0
     while pos < len(data):
-        (n,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
-        body = data[pos + 8:pos + 8 + n]
+        (n,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + n]
         if kind == b"IHDR":
             w, h, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body)
             assert depth == 8 and interlace == 0 and ctype in (0, 2, 4, 6), (depth, ctype, interlace)
@@ -315,7 +374,8 @@ def open_page(url: str, name: str, *, size: str = "1400,1000", budget_ms: int = 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     out = SCREENSHOTS / name
     out.unlink(missing_ok=True)
-    dom = run_chromium(url, "--dump-dom", f"--screenshot={out}", f"--window-size={size}",
-                       f"--virtual-time-budget={budget_ms}")
+    dom = run_chromium(
+        url, "--dump-dom", f"--screenshot={out}", f"--window-size={size}", f"--virtual-time-budget={budget_ms}"
+    )
     assert out.is_file() and out.stat().st_size > 0, f"chromium wrote no screenshot for {url}"
     return dom, out

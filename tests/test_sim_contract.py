@@ -11,7 +11,6 @@ import json
 
 import httpx
 import pytest
-
 from test_sim_support import Sim, load_recording, sse_events
 
 REC_A = load_recording("launch_A_baseline.json")
@@ -20,9 +19,9 @@ REC_B = load_recording("launch_B_eagle3_topk1.json")
 
 def recorded_args(rec: dict) -> list[str]:
     cmd = rec["cmd"]
-    args = cmd[cmd.index("sglang.launch_server") + 1:]
+    args = cmd[cmd.index("sglang.launch_server") + 1 :]
     out, skip = [], False
-    for i, a in enumerate(args):
+    for _i, a in enumerate(args):
         if skip:
             skip = False
             continue
@@ -81,10 +80,23 @@ def test_server_info_matches(which, sim_a, sim_b) -> None:
     got = httpx.get(sim.base + "/get_server_info").json()
     assert set(got) == set(rec)
     assert list(got)[-7:] == list(rec)[-7:]  # status ... kv_events at the end, in order
-    for key in ("model_path", "load_format", "attention_backend", "sampling_backend", "mem_fraction_static",
-                "cuda_graph_max_bs_decode", "enable_metrics", "speculative_algorithm", "speculative_num_steps",
-                "speculative_eagle_topk", "speculative_num_draft_tokens", "max_running_requests", "tp_size",
-                "version", "status"):
+    for key in (
+        "model_path",
+        "load_format",
+        "attention_backend",
+        "sampling_backend",
+        "mem_fraction_static",
+        "cuda_graph_max_bs_decode",
+        "enable_metrics",
+        "speculative_algorithm",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+        "max_running_requests",
+        "tp_size",
+        "version",
+        "status",
+    ):
         assert got[key] == rec[key], key
     assert set(got["startup_time"]) == set(rec["startup_time"])
     assert set(got["startup_time"]["cuda_graph"]) == set(rec["startup_time"]["cuda_graph"])
@@ -95,8 +107,7 @@ def test_server_info_matches(which, sim_a, sim_b) -> None:
     assert set(got_ist["memory_usage"]) == set(rec_ist["memory_usage"])
     assert got_ist["effective_max_running_requests_per_dp"] == rec_ist["effective_max_running_requests_per_dp"]
     common = set(rec) & set(got) - {"internal_states", "port", "startup_time"}
-    mismatched = [k for k in common if rec[k] is not None and got[k] is not None
-                  and type(rec[k]) is not type(got[k])]
+    mismatched = [k for k in common if rec[k] is not None and got[k] is not None and type(rec[k]) is not type(got[k])]
     assert not mismatched
 
 
@@ -127,8 +138,12 @@ def _chunks(raw: str) -> list:
 def test_chat_stream_matches(which, sim_a, sim_b) -> None:
     rec_launch, sim = (REC_A, sim_a) if which == "A" else (REC_B, sim_b)
     rec_e = endpoint(rec_launch, "POST", "/v1/chat/completions", 0)
-    r = httpx.post(sim.base + "/v1/chat/completions", content=rec_e["request_body"],
-                   headers={"content-type": "application/json"}, timeout=30)
+    r = httpx.post(
+        sim.base + "/v1/chat/completions",
+        content=rec_e["request_body"],
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
     assert r.status_code == 200
     rec_headers = {h[0].lower(): h[1] for h in rec_e["headers"]}
     assert r.headers["content-type"] == rec_headers["content-type"]
@@ -178,8 +193,10 @@ def test_generate_matches(sim_b) -> None:
     assert list(got) == list(rec)
     assert set(rec["meta_info"]) <= set(got["meta_info"])
     assert types_of({k: got["meta_info"][k] for k in rec["meta_info"]}) == types_of(rec["meta_info"])
-    assert got["meta_info"]["completion_tokens"] == 64 and got["meta_info"]["finish_reason"] == \
-        rec["meta_info"]["finish_reason"]
+    assert (
+        got["meta_info"]["completion_tokens"] == 64
+        and got["meta_info"]["finish_reason"] == rec["meta_info"]["finish_reason"]
+    )
     # streamed: cumulative text/output_ids, meta_info on every event
     rec_s = endpoint(REC_B, "POST", "/generate", 1)
     rec_chunks = _chunks(rec_s["raw_body"])
@@ -200,8 +217,9 @@ def test_generate_baseline_has_no_spec_fields(sim_a) -> None:
 def test_error_envelopes_match(nth, sim_a) -> None:
     rec_e = endpoint(REC_A, "POST", "/v1/chat/completions", nth)
     rec = json.loads(rec_e["body"])
-    r = httpx.post(sim_a.base + "/v1/chat/completions", content=rec_e["request_body"],
-                   headers={"content-type": "application/json"})
+    r = httpx.post(
+        sim_a.base + "/v1/chat/completions", content=rec_e["request_body"], headers={"content-type": "application/json"}
+    )
     assert r.status_code == rec_e["status"] == 400
     got = r.json()
     assert list(got) == list(rec)
@@ -225,6 +243,7 @@ def test_metric_families_match(which, sim_a, sim_b) -> None:
     rec_launch, sim = (REC_A, sim_a) if which == "A" else (REC_B, sim_b)
     rec_text = rec_launch["metrics_after_bench"]  # after traffic, as ours (families appear with traffic)
     rec_text = rec_text if isinstance(rec_text, str) else rec_text["body"]
+
     def fams(text: str) -> dict:
         return {ln.split()[2]: ln.split()[3] for ln in text.splitlines() if ln.startswith("# TYPE ")}
 
@@ -238,8 +257,15 @@ def test_metric_families_match(which, sim_a, sim_b) -> None:
 
 
 def test_eagle_chunking_one_chunk_per_verify_step(sim_b) -> None:
-    body = {"model": "x", "messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 256,
-            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "x",
+        "messages": [{"role": "user", "content": "Write a long story."}],
+        "max_tokens": 256,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     got = _chunks(httpx.post(sim_b.base + "/v1/chat/completions", json=body, timeout=30).text)
     content = [c for c in got if c["choices"] and c["choices"][0]["delta"].get("content")]
     assert got[-1]["usage"]["completion_tokens"] == 256

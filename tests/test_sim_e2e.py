@@ -7,20 +7,28 @@ import json
 import time
 
 import httpx
+from test_sim_support import Sim
 
 from optimizer.sim.model import load_profile
-from test_sim_support import Sim
 
 
 async def _measure(base: str, concurrency: int, seconds: float, max_tokens: int, warm: float = 0.5) -> float:
-    body = {"model": "x", "messages": [{"role": "user", "content": "Tell me about the sea."}],
-            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "x",
+        "messages": [{"role": "user", "content": "Tell me about the sea."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     t_start = time.monotonic() + warm
     t_end = t_start + seconds
     tokens = 0
-    async with httpx.AsyncClient(base_url=base, timeout=30,
-                                 limits=httpx.Limits(max_connections=concurrency + 2)) as client:
+    async with httpx.AsyncClient(
+        base_url=base, timeout=30, limits=httpx.Limits(max_connections=concurrency + 2)
+    ) as client:
+
         async def worker() -> None:
             nonlocal tokens
             while time.monotonic() < t_end:
@@ -48,8 +56,18 @@ def measure(sim: Sim, concurrency: int, seconds: float, max_tokens: int = 256, w
 
 def test_kimi_best_config_measured_94_tok_s() -> None:
     env = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
-    args = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d",
-            "--speculative-num-steps", "2", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
+    args = [
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        "/d",
+        "--speculative-num-steps",
+        "2",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "3",
+    ]
     with Sim(*args, env=env, profile="kimi-k2.5-8x-rtxpro6000") as sim:
         sim.wait_ready()
         got = measure(sim, 1, 5.0, want=94.0)
@@ -60,15 +78,22 @@ def test_kimi_best_config_measured_94_tok_s() -> None:
 
 def test_glm_measured_batch_1_and_32() -> None:
     prof = load_profile("glm-4.7-flash-h200")
-    with Sim("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d",
-             profile="glm-4.7-flash-h200") as sim:
+    with Sim(
+        "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d", profile="glm-4.7-flash-h200"
+    ) as sim:
         sim.wait_ready()
         got1 = measure(sim, 1, 3.0, want=213.4)
         assert abs(got1 - 213.4) / 213.4 < 0.05, got1
         got32 = measure(sim, 32, 3.0, max_tokens=128, want=1731.0)
         assert abs(got32 - 1731.0) / 1731.0 < 0.05, got32
-    assert abs(prof.evaluate({"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "/d"}, {}, 32)
-               .tok_per_s - 1731.0) / 1731.0 < 0.05
+    assert (
+        abs(
+            prof.evaluate({"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "/d"}, {}, 32).tok_per_s
+            - 1731.0
+        )
+        / 1731.0
+        < 0.05
+    )
 
 
 def test_step_scale_zero_client_ceiling() -> None:

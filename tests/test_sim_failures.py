@@ -9,16 +9,25 @@ import threading
 import time
 
 import httpx
+from test_sim_support import REPO, Sim, chat_body
 
 from optimizer.sim.model import load_profile
-from test_sim_support import REPO, Sim, chat_body
 
 DRAFT = ["--speculative-draft-model-path", "/models/draft"]
 
 
 def eagle3(steps: int, topk: int, draft: int, algo: str = "EAGLE3") -> list[str]:
-    return ["--speculative-algorithm", algo, *DRAFT, "--speculative-num-steps", str(steps),
-            "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft)]
+    return [
+        "--speculative-algorithm",
+        algo,
+        *DRAFT,
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        str(topk),
+        "--speculative-num-draft-tokens",
+        str(draft),
+    ]
 
 
 def test_readiness_refused_then_503_then_200() -> None:
@@ -39,16 +48,24 @@ def test_readiness_refused_then_503_then_200() -> None:
         first_503 = seen.index(503)
         assert "refused" not in seen[first_503:]
         log = sim.log()
-        order = ["Init torch distributed begin", "Load weight end", "Memory pool end", "Capture cuda graph begin",
-                 "Capture cuda graph end. Time elapsed:", "Uvicorn running on",
-                 "The server is fired up and ready to roll!"]
+        order = [
+            "Init torch distributed begin",
+            "Load weight end",
+            "Memory pool end",
+            "Capture cuda graph begin",
+            "Capture cuda graph end. Time elapsed:",
+            "Uvicorn running on",
+            "The server is fired up and ready to roll!",
+        ]
         pos = [log.index(s) for s in order]
         assert pos == sorted(pos)
 
 
 def test_skip_server_warmup_has_no_503_phase() -> None:
-    with Sim("--skip-server-warmup", profile="smollm2-135m-h200", time_scale=0.05) as sim, \
-            httpx.Client(timeout=5) as client:
+    with (
+        Sim("--skip-server-warmup", profile="smollm2-135m-h200", time_scale=0.05) as sim,
+        httpx.Client(timeout=5) as client,
+    ):
         seen = set()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -90,11 +107,15 @@ def test_sigterm_drains_and_exits() -> None:
 def test_invalid_combinations_fail_like_sglang() -> None:
     cases = [
         (["--speculative-algorithm", "EAGLE3", *DRAFT, "--speculative-eagle-topk", "2"], "AssertionError"),
-        ([*eagle3(3, 4, 8), "--attention-backend", "trtllm_mha"],
-         "ValueError: TRTLLM MHA backend for prefill is only supported on Blackwell GPUs (SM100). "
-         "Please use a different prefill backend."),
-        (["--speculative-algorithm", "EAGLE3"],
-         "ValueError: speculative_draft_model_path is required for EAGLE/EAGLE3 speculative decoding."),
+        (
+            [*eagle3(3, 4, 8), "--attention-backend", "trtllm_mha"],
+            "ValueError: TRTLLM MHA backend for prefill is only supported on Blackwell GPUs (SM100). "
+            "Please use a different prefill backend.",
+        ),
+        (
+            ["--speculative-algorithm", "EAGLE3"],
+            "ValueError: speculative_draft_model_path is required for EAGLE/EAGLE3 speculative decoding.",
+        ),
     ]
     for args, last in cases:
         with Sim(*args) as sim:
@@ -106,8 +127,15 @@ def test_invalid_combinations_fail_like_sglang() -> None:
 
 
 def test_topk1_rewrite_warning_and_unknown_flags() -> None:
-    with Sim(*eagle3(3, 1, 9), "--sampling-backend", "pytorch", "--cuda-graph-backend-prefill", "disabled",
-             "--sim-step-scale", "0") as sim:
+    with Sim(
+        *eagle3(3, 1, 9),
+        "--sampling-backend",
+        "pytorch",
+        "--cuda-graph-backend-prefill",
+        "disabled",
+        "--sim-step-scale",
+        "0",
+    ) as sim:
         sim.wait_ready()
         info = httpx.get(sim.base + "/server_info").json()
         assert info["speculative_num_draft_tokens"] == 4
@@ -119,8 +147,9 @@ def test_topk1_rewrite_warning_and_unknown_flags() -> None:
 
 def test_malformed_argv_exits_2() -> None:
     for args in (["garbage"], ["--port", "abc"], ["--speculative-num-steps"]):
-        r = subprocess.run([sys.executable, "-m", "optimizer.sim", *args], cwd=REPO, capture_output=True,
-                           text=True, timeout=30)
+        r = subprocess.run(
+            [sys.executable, "-m", "optimizer.sim", *args], cwd=REPO, capture_output=True, text=True, timeout=30
+        )
         assert r.returncode == 2 and "error:" in r.stderr, (args, r.stderr)
 
 
@@ -157,8 +186,14 @@ def test_nccl_hang_is_silent_and_never_ready() -> None:
 
 def test_crash_mid_serving_cuts_streams() -> None:
     prof = load_profile("llama-3.1-8b-h100")
-    flags = {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "/d", "speculative-num-steps": 3,
-             "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 16, "attention-backend": "triton"}
+    flags = {
+        "speculative-algorithm": "EAGLE3",
+        "speculative-draft-model-path": "/d",
+        "speculative-num-steps": 3,
+        "speculative-eagle-topk": 4,
+        "speculative-num-draft-tokens": 16,
+        "attention-backend": "triton",
+    }
     ev = prof.evaluate(flags, {}, 1)
     assert ev.failure == "crash_serving"
     n = ev.crash_after_requests
@@ -168,8 +203,9 @@ def test_crash_mid_serving_cuts_streams() -> None:
 
         def long_stream() -> None:
             try:
-                with httpx.stream("POST", sim.base + "/v1/chat/completions",
-                                  json=chat_body(max_tokens=100000), timeout=30) as r:
+                with httpx.stream(
+                    "POST", sim.base + "/v1/chat/completions", json=chat_body(max_tokens=100000), timeout=30
+                ) as r:
                     for _ in r.iter_lines():
                         pass
                 cut.append("completed")
@@ -181,8 +217,9 @@ def test_crash_mid_serving_cuts_streams() -> None:
         done = 0
         for _ in range(n + 5):
             try:
-                r = httpx.post(sim.base + "/v1/chat/completions", json=chat_body(max_tokens=4, stream=False),
-                               timeout=10)
+                r = httpx.post(
+                    sim.base + "/v1/chat/completions", json=chat_body(max_tokens=4, stream=False), timeout=10
+                )
                 if r.status_code == 200:
                     done += 1
             except httpx.HTTPError:
@@ -200,8 +237,11 @@ def test_crash_mid_serving_cuts_streams() -> None:
 def test_eagle_with_eagle3_drafter_accepts_almost_nothing() -> None:
     with Sim(*eagle3(3, 1, 4, algo="EAGLE"), "--sim-step-scale", "0") as sim:
         sim.wait_ready()
-        j = httpx.post(sim.base + "/generate", json={"text": "Tell me a story", "sampling_params": {
-            "max_new_tokens": 400, "ignore_eos": True}}, timeout=30).json()
+        j = httpx.post(
+            sim.base + "/generate",
+            json={"text": "Tell me a story", "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}},
+            timeout=30,
+        ).json()
         acc = j["meta_info"]["spec_accept_length"]
         assert 1.0 <= acc <= 1.12
         ist = httpx.get(sim.base + "/server_info").json()["internal_states"][0]

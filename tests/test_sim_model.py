@@ -9,11 +9,11 @@ import sys
 
 import numpy as np
 import pytest
+from test_sim_support import REPO
 
 from optimizer.candidate import Candidate
 from optimizer.sim.model import Evaluation, list_profiles, load_profile
 from optimizer.sim.truth import ground_truth
-from test_sim_support import REPO
 
 KIMI, LLAMA, GLM = "kimi-k2.5-8x-rtxpro6000", "llama-3.1-8b-h100", "glm-4.7-flash-h200"
 TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
@@ -22,8 +22,9 @@ TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
 def eagle3(steps=None, topk=None, draft=None, algo="EAGLE3", **extra):
     f = {"speculative-algorithm": algo, "speculative-draft-model-path": "/models/draft"}
     if steps is not None:
-        f.update({"speculative-num-steps": steps, "speculative-eagle-topk": topk,
-                  "speculative-num-draft-tokens": draft})
+        f.update(
+            {"speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft}
+        )
     f.update(extra)
     return f
 
@@ -81,9 +82,12 @@ def test_kimi_figures() -> None:
 def _grid(prof, conc: int):
     envs = [{}]
     if prof.tp_size > 1:
-        envs = [{k: v for k, v in zip(("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL"), combo) if v != "unset"}
-                for combo in itertools.product(["unset", "LL", "LL128", "Simple"], ["unset", "Ring", "Tree"],
-                                               ["unset", "SYS", "PHB"])]
+        envs = [
+            {k: v for k, v in zip(("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL"), combo) if v != "unset"}
+            for combo in itertools.product(
+                ["unset", "LL", "LL128", "Simple"], ["unset", "Ring", "Tree"], ["unset", "SYS", "PHB"]
+            )
+        ]
     out = []
     for env in envs:
         for car in (False, True):
@@ -108,7 +112,7 @@ def test_kimi_optimum_is_two_steps_ll_ring_and_car_irrelevant() -> None:
     prof = load_profile(KIMI)
     top, winners = _best(prof, 1)
     assert within(top, 94.0, 0.01)
-    for ev, cfg, env, car in winners:
+    for _ev, cfg, env, _car in winners:
         assert cfg == (2, 1, 3)
         assert env.get("NCCL_PROTO") == "LL" and env.get("NCCL_ALGO") == "Ring"
     # custom all-reduce is unsupported on this PCIe box: disabling it changes nothing, NCCL always matters
@@ -156,24 +160,31 @@ def test_max_running_requests_reset_to_48_caps_batch() -> None:
     assert capped.batch == 48 and free.batch == 64 and capped.tok_per_s < free.tok_per_s
 
 
-@pytest.mark.parametrize("name,flags,env,kind", [
-    (LLAMA, {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "d", "speculative-eagle-topk": 2},
-     {}, "invalid"),
-    (LLAMA, eagle3(3, 4, 8, **{"attention-backend": "trtllm_mha"}), {}, "invalid"),
-    (LLAMA, eagle3(8, 8, 64), {}, "oom"),
-    (LLAMA, eagle3(3, 1, 4, **{"mem-fraction-static": 0.1}), {}, "oom"),
-    (LLAMA, eagle3(3, 8, 16, **{"attention-backend": "flashinfer"}), {}, "cuda_graph"),
-    (LLAMA, eagle3(3, 4, 16, **{"attention-backend": "triton"}), {}, "crash_serving"),
-    (LLAMA, eagle3(1, 2, 8), {}, "crash_serving"),  # beyond SGLang's runtime limit
-    (KIMI, eagle3(2, 1, 3), {"NCCL_PROTO": "LL128", "NCCL_ALGO": "Tree"}, "nccl_hang"),
-    (KIMI, {}, {"NCCL_PROTO": "LL128", "NCCL_ALGO": "Tree"}, "nccl_hang"),
-    (KIMI, eagle3(4, 4, 8), {}, "oom"),
-    (KIMI, eagle3(2, 2, 4, **{"attention-backend": "triton"}), {}, "cuda_graph"),
-    (KIMI, eagle3(3, 4, 8), {}, "crash_serving"),
-    (GLM, eagle3(3, 2, 6, **{"attention-backend": "flashinfer"}), {}, "cuda_graph"),
-    (GLM, eagle3(5, 4, 8), {}, "crash_serving"),
-    (GLM, eagle3(7, 4, 16), {}, "oom"),
-])
+@pytest.mark.parametrize(
+    "name,flags,env,kind",
+    [
+        (
+            LLAMA,
+            {"speculative-algorithm": "EAGLE3", "speculative-draft-model-path": "d", "speculative-eagle-topk": 2},
+            {},
+            "invalid",
+        ),
+        (LLAMA, eagle3(3, 4, 8, **{"attention-backend": "trtllm_mha"}), {}, "invalid"),
+        (LLAMA, eagle3(8, 8, 64), {}, "oom"),
+        (LLAMA, eagle3(3, 1, 4, **{"mem-fraction-static": 0.1}), {}, "oom"),
+        (LLAMA, eagle3(3, 8, 16, **{"attention-backend": "flashinfer"}), {}, "cuda_graph"),
+        (LLAMA, eagle3(3, 4, 16, **{"attention-backend": "triton"}), {}, "crash_serving"),
+        (LLAMA, eagle3(1, 2, 8), {}, "crash_serving"),  # beyond SGLang's runtime limit
+        (KIMI, eagle3(2, 1, 3), {"NCCL_PROTO": "LL128", "NCCL_ALGO": "Tree"}, "nccl_hang"),
+        (KIMI, {}, {"NCCL_PROTO": "LL128", "NCCL_ALGO": "Tree"}, "nccl_hang"),
+        (KIMI, eagle3(4, 4, 8), {}, "oom"),
+        (KIMI, eagle3(2, 2, 4, **{"attention-backend": "triton"}), {}, "cuda_graph"),
+        (KIMI, eagle3(3, 4, 8), {}, "crash_serving"),
+        (GLM, eagle3(3, 2, 6, **{"attention-backend": "flashinfer"}), {}, "cuda_graph"),
+        (GLM, eagle3(5, 4, 8), {}, "crash_serving"),
+        (GLM, eagle3(7, 4, 16), {}, "oom"),
+    ],
+)
 def test_failure_modes(name, flags, env, kind) -> None:
     prof = load_profile(name)
     ev = prof.evaluate(flags, env, 1)
@@ -201,8 +212,10 @@ def test_eagle_with_eagle3_drafter_is_the_trap() -> None:
 
 def test_categories_change_acceptance() -> None:
     prof = load_profile(LLAMA)
-    acc = {c: prof.evaluate(eagle3(4, 1, 5), {}, 1, {c: 1.0}).accept_length
-           for c in ("chat", "code", "math", "summarization")}
+    acc = {
+        c: prof.evaluate(eagle3(4, 1, 5), {}, 1, {c: 1.0}).accept_length
+        for c in ("chat", "code", "math", "summarization")
+    }
     assert acc["math"] > acc["code"] > acc["summarization"]
     mixed = prof.evaluate(eagle3(4, 1, 5), {}, 1, {"math": 0.5, "summarization": 0.5}).accept_length
     assert acc["summarization"] < mixed < acc["math"]
@@ -244,8 +257,12 @@ def test_evaluate_is_fast() -> None:
 
 
 def test_ground_truth_inline_candidates() -> None:
-    cands = [Candidate({}), Candidate(eagle3(2, 1, 3), TUNED), Candidate(eagle3(4, 4, 8)),
-             {"flags": eagle3(2, 1, 3), "env": {"NCCL_PROTO": "LL128", "NCCL_ALGO": "Tree"}}]
+    cands = [
+        Candidate({}),
+        Candidate(eagle3(2, 1, 3), TUNED),
+        Candidate(eagle3(4, 4, 8)),
+        {"flags": eagle3(2, 1, 3), "env": {"NCCL_PROTO": "LL128", "NCCL_ALGO": "Tree"}},
+    ]
     out = ground_truth(KIMI, cands, 1)
     assert out["profile"] == KIMI and out["concurrency"] == 1 and len(out["configs"]) == 4
     fails = [c["failure"] for c in out["configs"]]
@@ -263,11 +280,29 @@ def test_truth_cli_with_a_space_file(tmp_path) -> None:
         "  speculative-num-steps: {type: int, low: 1, high: 3}\n"
         "  speculative-eagle-topk: {type: categorical, choices: [1]}\n"
         "  NCCL_PROTO: {type: categorical, choices: [unset, LL]}\n"
-        "  NCCL_ALGO: {type: categorical, choices: [unset, Ring]}\n")
+        "  NCCL_ALGO: {type: categorical, choices: [unset, Ring]}\n"
+    )
     out = tmp_path / "truth.json"
-    r = subprocess.run([sys.executable, "-m", "optimizer.sim", "truth", "--profile", KIMI, "--space", str(space),
-                        "--concurrency", "1", "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "optimizer.sim",
+            "truth",
+            "--profile",
+            KIMI,
+            "--space",
+            str(space),
+            "--concurrency",
+            "1",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
     assert data["profile"] == KIMI and len(data["configs"]) >= 12

@@ -7,12 +7,24 @@ import threading
 
 import httpx
 import pytest
-
 from test_sim_support import Sim, chat_body, sse_events
 
-EAGLE_ARGS = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/models/draft",
-              "--enable-metrics", "--load-format", "dummy", "--foo-bar", "baz", "--trust-remote-code",
-              "--sim-step-scale", "0.05", "--sim-seed", "3"]
+EAGLE_ARGS = [
+    "--speculative-algorithm",
+    "EAGLE3",
+    "--speculative-draft-model-path",
+    "/models/draft",
+    "--enable-metrics",
+    "--load-format",
+    "dummy",
+    "--foo-bar",
+    "baz",
+    "--trust-remote-code",
+    "--sim-step-scale",
+    "0.05",
+    "--sim-seed",
+    "3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +59,12 @@ def test_server_info(eagle, baseline) -> None:
     a = httpx.get(eagle.base + "/get_server_info").json()
     b = httpx.get(eagle.base + "/server_info").json()
     assert set(a) == set(b) and a["version"] == "0.5.17" and a["status"] == "ready"
-    assert (a["speculative_algorithm"], a["speculative_num_steps"], a["speculative_eagle_topk"],
-            a["speculative_num_draft_tokens"]) == ("EAGLE3", 5, 4, 8)
+    assert (
+        a["speculative_algorithm"],
+        a["speculative_num_steps"],
+        a["speculative_eagle_topk"],
+        a["speculative_num_draft_tokens"],
+    ) == ("EAGLE3", 5, 4, 8)
     assert a["max_running_requests"] == 48 and a["port"] == eagle.port
     assert a["load_format"] == "dummy" and a["foo_bar"] == "baz" and a["trust_remote_code"] is True
     ist = a["internal_states"][0]
@@ -101,8 +117,14 @@ def test_chat_without_usage_and_non_stream(eagle) -> None:
 
 
 def test_completions(eagle) -> None:
-    body = {"model": "x", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "x",
+        "prompt": "Once upon a time",
+        "max_tokens": 16,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     events = sse_events(httpx.post(eagle.base + "/v1/completions", json=body, timeout=30).text)
     msgs = [json.loads(e) for e in events[:-1]]
     assert events[-1] == "[DONE]" and msgs[-1]["choices"] == [] and msgs[-1]["usage"]["completion_tokens"] == 16
@@ -115,8 +137,7 @@ def test_completions(eagle) -> None:
 
 
 def test_generate_native(eagle) -> None:
-    body = {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 64, "temperature": 0,
-                                                            "ignore_eos": True}}
+    body = {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 64, "temperature": 0, "ignore_eos": True}}
     j = httpx.post(eagle.base + "/generate", json=body, timeout=30).json()
     meta = j["meta_info"]
     assert meta["completion_tokens"] == 64 and len(j["output_ids"]) == 64
@@ -153,8 +174,13 @@ def test_error_replies(eagle) -> None:
     assert r.status_code == 400 and "'type': 'missing'" in r.json()["message"]
     r = httpx.post(url, json={"model": "x", "messages": [{"role": "user", "content": "hi"}], "max_tokens": -5})
     assert r.status_code == 400
-    assert r.json() == {"object": "error", "message": "max_new_tokens must be at least 0, got -5.",
-                        "type": "BadRequestError", "param": None, "code": 400}
+    assert r.json() == {
+        "object": "error",
+        "message": "max_new_tokens must be at least 0, got -5.",
+        "type": "BadRequestError",
+        "param": None,
+        "code": 400,
+    }
     r = httpx.get(eagle.base + "/definitely_not_an_endpoint")
     assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
     r = httpx.post(eagle.base + "/generate", json={"sampling_params": {}})
@@ -168,10 +194,18 @@ def test_metrics(eagle, baseline) -> None:
     r = httpx.get(eagle.base + "/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
     text = r.text
-    for fam in ("sglang:gen_throughput", "sglang:spec_accept_length", "sglang:spec_accept_rate",
-                "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
-                "sglang:generation_tokens_total", "sglang:prompt_tokens_total",
-                "sglang:time_to_first_token_seconds", "sglang:spec_verify_calls_total"):
+    for fam in (
+        "sglang:gen_throughput",
+        "sglang:spec_accept_length",
+        "sglang:spec_accept_rate",
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:generation_tokens_total",
+        "sglang:prompt_tokens_total",
+        "sglang:time_to_first_token_seconds",
+        "sglang:spec_verify_calls_total",
+    ):
         assert f"# TYPE {fam} " in text, fam
     acc = [line for line in text.splitlines() if line.startswith("sglang:spec_accept_length{")]
     assert float(acc[0].split()[-1]) > 1.5
@@ -183,8 +217,7 @@ def test_concurrent_streams_share_steps(eagle) -> None:
     results = []
 
     def one(i: int) -> None:
-        r = httpx.post(eagle.base + "/v1/chat/completions", json=chat_body(f"prompt {i}", max_tokens=64),
-                       timeout=60)
+        r = httpx.post(eagle.base + "/v1/chat/completions", json=chat_body(f"prompt {i}", max_tokens=64), timeout=60)
         results.append(json.loads(sse_events(r.text)[-2])["usage"]["completion_tokens"])
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
@@ -199,9 +232,11 @@ def test_concurrent_streams_share_steps(eagle) -> None:
 
 def test_config_file_and_cli_override(tmp_path) -> None:
     cfg = tmp_path / "best.yaml"
-    cfg.write_text("speculative-algorithm: EAGLE3\nspeculative_draft_model_path: /d\nspeculative-num-steps: 2\n"
-                   "speculative-eagle-topk: 1\nspeculative-num-draft-tokens: 3\nenable-metrics: true\n"
-                   "max-running-requests: 16\n")
+    cfg.write_text(
+        "speculative-algorithm: EAGLE3\nspeculative_draft_model_path: /d\nspeculative-num-steps: 2\n"
+        "speculative-eagle-topk: 1\nspeculative-num-draft-tokens: 3\nenable-metrics: true\n"
+        "max-running-requests: 16\n"
+    )
     with Sim("--config", str(cfg), "--max-running-requests", "32", profile="glm-4.7-flash-h200") as sim:
         sim.wait_ready()
         info = httpx.get(sim.base + "/server_info").json()

@@ -17,19 +17,13 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 
 
+#: The real server's recorded replies, logs and timelines (SGLang 0.5.17 on one H200, dummy weights), kept in the
+#: repository: tests/data/sglang-0.5.17-h200/README.md says how they were made.
+RECORDINGS = REPO / "tests" / "data" / "sglang-0.5.17-h200"
+
+
 def recordings_dir() -> Path:
-    """The real server's recordings: $SGLANG_RECORDINGS, else ../shared next to the repository. Must exist."""
-    env = os.environ.get("SGLANG_RECORDINGS")
-    candidates = []
-    if env:
-        candidates += [Path(env), Path(env) / "sglang-0.5.17-h200", Path(env) / "recordings" / "sglang-0.5.17-h200"]
-    shared = Path(__file__).resolve().parents[2] / "shared"
-    candidates += [shared / "recordings" / "sglang-0.5.17-h200"]
-    for c in candidates:
-        if (c / "launch_A_baseline.json").is_file():
-            return c
-    raise AssertionError(f"SGLang recordings not found (looked in {[str(c) for c in candidates]}); "
-                         "set SGLANG_RECORDINGS")
+    return RECORDINGS
 
 
 def load_recording(name: str) -> dict:
@@ -45,12 +39,22 @@ def free_port() -> int:
 class Sim:
     """One simulator process; logs (stdout and stderr merged) go to a temporary file."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, time_scale: float = 0.002,
-                 profile: str | None = None) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, time_scale: float = 0.002, profile: str | None = None
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "optimizer.sim", "--host", "127.0.0.1", "--port", str(self.port),
-               "--sim-time-scale", str(time_scale)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "optimizer.sim",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--sim-time-scale",
+            str(time_scale),
+        ]
         if profile:
             cmd += ["--sim-profile", profile]
         cmd += list(args)
@@ -60,8 +64,9 @@ class Sim:
         full_env.update(env or {})
         full_env["PYTHONUNBUFFERED"] = "1"
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=self.logfile, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=full_env, stdout=self.logfile, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def log(self) -> str:
         return Path(self.logfile.name).read_text(errors="replace")
@@ -71,7 +76,7 @@ class Sim:
             s.settimeout(0.2)
             return s.connect_ex(("127.0.0.1", self.port)) == 0
 
-    def wait_ready(self, timeout: float = 20.0) -> "Sim":
+    def wait_ready(self, timeout: float = 20.0) -> Sim:
         deadline = time.monotonic() + timeout
         with httpx.Client(timeout=5) as client:
             while time.monotonic() < deadline:
@@ -105,7 +110,7 @@ class Sim:
         except OSError:
             pass
 
-    def __enter__(self) -> "Sim":
+    def __enter__(self) -> Sim:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,13 +124,17 @@ def sse_events(raw: str) -> list[str]:
     out = []
     for b in blocks:
         assert b.startswith("data: ") and "\n" not in b, b[:200]
-        out.append(b[len("data: "):])
+        out.append(b[len("data: ") :])
     return out
 
 
 def chat_body(content: str = "Say hello in five words.", max_tokens: int = 16, stream: bool = True, **extra) -> dict:
-    body = {"model": "x", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
-            "temperature": 0}
+    body = {
+        "model": "x",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

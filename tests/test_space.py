@@ -63,11 +63,23 @@ def test_grid_collapses_inactive_parameters():
 
 def test_checks_apply_sglang_rules_and_user_constraints():
     space = small_space(constraints=["draft <= steps * topk + 1"])
-    ok = space.candidate({"speculative-algorithm": "EAGLE3", "speculative-num-steps": 3,
-                          "speculative-eagle-topk": 2, "speculative-num-draft-tokens": 6})
+    ok = space.candidate(
+        {
+            "speculative-algorithm": "EAGLE3",
+            "speculative-num-steps": 3,
+            "speculative-eagle-topk": 2,
+            "speculative-num-draft-tokens": 6,
+        }
+    )
     assert all(c.value <= 0 for c in space.checks(ok))
-    too_wide = space.candidate({"speculative-algorithm": "EAGLE3", "speculative-num-steps": 1,
-                                "speculative-eagle-topk": 2, "speculative-num-draft-tokens": 8})
+    too_wide = space.candidate(
+        {
+            "speculative-algorithm": "EAGLE3",
+            "speculative-num-steps": 1,
+            "speculative-eagle-topk": 2,
+            "speculative-num-draft-tokens": 8,
+        }
+    )
     checks = {c.name: c for c in space.checks(too_wide)}
     assert checks["sglang_tree_limit"].value > 0 and "topk" in checks["sglang_tree_limit"].reason
     assert checks["user"].value > 0
@@ -92,13 +104,31 @@ def test_suggest_through_optuna_is_conditional():
 
 
 def test_normalised_keys_dedup_topk1():
-    a = Candidate(flags={"speculative-algorithm": "EAGLE3", "speculative-num-steps": 2,
-                         "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 7})
-    b = Candidate(flags={"speculative-algorithm": "eagle3", "speculative-num-steps": 2,
-                         "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 3})
+    a = Candidate(
+        flags={
+            "speculative-algorithm": "EAGLE3",
+            "speculative-num-steps": 2,
+            "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": 7,
+        }
+    )
+    b = Candidate(
+        flags={
+            "speculative-algorithm": "eagle3",
+            "speculative-num-steps": 2,
+            "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": 3,
+        }
+    )
     assert a.key() == b.key()
-    c = Candidate(flags={"speculative-algorithm": "EAGLE", "speculative-num-steps": 2,
-                         "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 3})
+    c = Candidate(
+        flags={
+            "speculative-algorithm": "EAGLE",
+            "speculative-num-steps": 2,
+            "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": 3,
+        }
+    )
     assert c.key() != b.key()
     assert Candidate(env={"NCCL_PROTO": "unset"}).key() == Candidate().key()
 
@@ -106,17 +136,32 @@ def test_normalised_keys_dedup_topk1():
 @pytest.mark.parametrize(
     "data, key, words",
     [
-        ({"parameters": {"speculative-num-steps": {"type": "integer", "low": 1, "high": 2}}},
-         "parameters.speculative-num-steps.type", "int, float, categorical"),
-        ({"parameters": {"speculative-num-steps": {"type": "int", "low": 5, "high": 2}}},
-         "parameters.speculative-num-steps", "high"),
-        ({"parameters": {"speculative-num-steps": {"type": "int", "low": 0, "high": 2}}},
-         "parameters.speculative-num-steps", ">= 1"),
-        ({"parameters": {"speculative-algorithm": {"type": "categorical", "choices": ["EAGLE4"]}}},
-         "parameters.speculative-algorithm.choices", "EAGLE3"),
+        (
+            {"parameters": {"speculative-num-steps": {"type": "integer", "low": 1, "high": 2}}},
+            "parameters.speculative-num-steps.type",
+            "int, float, categorical",
+        ),
+        (
+            {"parameters": {"speculative-num-steps": {"type": "int", "low": 5, "high": 2}}},
+            "parameters.speculative-num-steps",
+            "high",
+        ),
+        (
+            {"parameters": {"speculative-num-steps": {"type": "int", "low": 0, "high": 2}}},
+            "parameters.speculative-num-steps",
+            ">= 1",
+        ),
+        (
+            {"parameters": {"speculative-algorithm": {"type": "categorical", "choices": ["EAGLE4"]}}},
+            "parameters.speculative-algorithm.choices",
+            "EAGLE3",
+        ),
         ({"parameters": {"x y": {"type": "int", "low": 1, "high": 2}}}, "parameters.x y", "flag name"),
-        ({"parameters": {"speculative-num-steps": {"type": "int", "low": 1, "high": 2, "when": "topk > 1"}}},
-         "parameters.speculative-num-steps.when", "topk"),
+        (
+            {"parameters": {"speculative-num-steps": {"type": "int", "low": 1, "high": 2, "when": "topk > 1"}}},
+            "parameters.speculative-num-steps.when",
+            "topk",
+        ),
         ({"constraints": ["open('x')"]}, "constraints[0]", "not allowed"),
         ({"constraints": ["nosuch > 1"]}, "constraints[0]", "unknown name"),
         ({"paramters": {}}, "paramters", "allowed: name"),

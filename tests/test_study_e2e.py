@@ -8,9 +8,9 @@ from pathlib import Path
 
 import optuna
 import yaml
+from conftest import sim_command
 from optuna.trial import TrialState
 
-from conftest import sim_command
 from optimizer.executors import RayExecutor
 from optimizer.export import export_study
 from optimizer.hosts.config import local_host
@@ -20,8 +20,14 @@ from optimizer.study import Driver, Progress
 
 SPACE = {
     "name": "e2e",
-    "fixed": {"model-path": "m", "speculative-draft-model-path": "d", "tp-size": 8,
-              "attention-backend": "flashinfer", "max-running-requests": 8, "cuda-graph-max-bs": 8},
+    "fixed": {
+        "model-path": "m",
+        "speculative-draft-model-path": "d",
+        "tp-size": 8,
+        "attention-backend": "flashinfer",
+        "max-running-requests": 8,
+        "cuda-graph-max-bs": 8,
+    },
     "parameters": {
         "speculative-algorithm": {"type": "categorical", "choices": ["EAGLE3"]},
         "speculative-num-steps": {"type": "categorical", "choices": [2, 3, 5]},
@@ -31,20 +37,38 @@ SPACE = {
         "NCCL_ALGO": {"type": "categorical", "choices": ["unset", "Ring"]},
     },
 }
-GOOD = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 2, "speculative-eagle-topk": 1,
-        "NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
-BAD = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 5, "speculative-eagle-topk": 1,
-       "NCCL_PROTO": "unset", "NCCL_ALGO": "unset"}
-OOM = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 3, "speculative-eagle-topk": 4,
-       "speculative-num-draft-tokens": 16, "NCCL_PROTO": "unset", "NCCL_ALGO": "unset"}
+GOOD = {
+    "speculative-algorithm": "EAGLE3",
+    "speculative-num-steps": 2,
+    "speculative-eagle-topk": 1,
+    "NCCL_PROTO": "LL",
+    "NCCL_ALGO": "Ring",
+}
+BAD = {
+    "speculative-algorithm": "EAGLE3",
+    "speculative-num-steps": 5,
+    "speculative-eagle-topk": 1,
+    "NCCL_PROTO": "unset",
+    "NCCL_ALGO": "unset",
+}
+OOM = {
+    "speculative-algorithm": "EAGLE3",
+    "speculative-num-steps": 3,
+    "speculative-eagle-topk": 4,
+    "speculative-num-draft-tokens": 16,
+    "NCCL_PROTO": "unset",
+    "NCCL_ALGO": "unset",
+}
 
 
 def make_cfg(tmp_path: Path, **over):
     data = {
-        "study": "e2e", "studies_dir": str(tmp_path / "studies"),
+        "study": "e2e",
+        "studies_dir": str(tmp_path / "studies"),
         "server": {"command": sim_command(), "boot_timeout_s": 30},
         "workload": {"max_tokens": 48, "chunks": 4, "requests_per_chunk": 2, "warmup_requests": 1},
-        "budget": {"trials": 5}, "sampler": {"seed": 3},
+        "budget": {"trials": 5},
+        "sampler": {"seed": 3},
         "initial": [GOOD, BAD, OOM, GOOD],
     }
     data.update(over)
@@ -63,8 +87,12 @@ def test_study_through_ray_against_simulator_processes(tmp_path, ray_runtime):
         executor.shutdown()
 
     # Storage is a real journal file; reload it as a user would.
-    study = optuna.load_study(study_name="e2e", storage=optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(cfg.study_dir / "journal.log"))))
+    study = optuna.load_study(
+        study_name="e2e",
+        storage=optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(str(cfg.study_dir / "journal.log"))
+        ),
+    )
     trials = study.get_trials()
     by_outcome: dict[str, list] = {}
     for t in trials:

@@ -232,8 +232,9 @@ def groups_with_run_id(run_id: str) -> list[int]:
     return sorted(groups)
 
 
-def reap(run_dir: Path, timeout_s: float = 30.0, port_timeout_s: float = 30.0,
-         skip_pgids: tuple[int, ...] = ()) -> list[int]:
+def reap(
+    run_dir: Path, timeout_s: float = 30.0, port_timeout_s: float = 30.0, skip_pgids: tuple[int, ...] = ()
+) -> list[int]:
     """Stop the servers recorded in ``run_dir/*.json``, wait for their ports, remove the files; return pgids.
 
     ``skip_pgids``: groups the caller is running right now (never reaped)."""

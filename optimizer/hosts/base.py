@@ -8,8 +8,8 @@ port is free. Readiness, benchmarking and the study never care whether the host 
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from optimizer.errors import HostError
 
@@ -49,8 +49,9 @@ class Host(abc.ABC):
             raise ValueError("empty argv")
         cur = self._current
         if cur is not None and cur.returncode() is None:
-            raise HostError(f"{self.name}: a server is already running (pgid {cur.pgid}); one server per host",
-                            host=self.name)
+            raise HostError(
+                f"{self.name}: a server is already running (pgid {cur.pgid}); one server per host", host=self.name
+            )
         return out
 
     @abc.abstractmethod

@@ -113,7 +113,7 @@ class HostConfig(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _defaults(self) -> "HostConfig":
+    def _defaults(self) -> HostConfig:
         set_ = object.__setattr__  # the model is frozen; fill in type-dependent defaults once
         if self.type == "ssh":
             if not self.address:
@@ -129,8 +129,10 @@ class HostConfig(BaseModel):
             if self.server_port is None:
                 set_(self, "server_port", 30000)
             if not self.forward_port and self.server_host in LOOPBACK:
-                raise ValueError("server_host: must not be a loopback address when forward_port is false "
-                                 "(the optimizer connects to address:port directly)")
+                raise ValueError(
+                    "server_host: must not be a loopback address when forward_port is false "
+                    "(the optimizer connects to address:port directly)"
+                )
         else:
             if self.python is None:
                 set_(self, "python", sys.executable)
@@ -217,8 +219,9 @@ def parse_hosts(data: Any, file: str = "hosts.yaml") -> list[HostConfig]:
                 msg += f" (and {len(errs) - 1} more error{'s' if len(errs) > 2 else ''})"
             raise ConfigError(msg, file=file, key=_key(where, loc)) from None
         if cfg.name in seen:
-            raise ConfigError(f"duplicate host name {cfg.name!r} (also hosts[{seen[cfg.name]}])", file=file,
-                              key=f"{where}.name")
+            raise ConfigError(
+                f"duplicate host name {cfg.name!r} (also hosts[{seen[cfg.name]}])", file=file, key=f"{where}.name"
+            )
         seen[cfg.name] = i
         out.append(cfg)
     return out

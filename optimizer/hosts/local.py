@@ -10,8 +10,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from optimizer.errors import HostError
 from optimizer.hosts import _proc
@@ -30,7 +30,7 @@ def _url_host(bind_host: str) -> str:
 
 
 class LocalServerHandle(ServerHandle):
-    def __init__(self, host: "LocalHost", proc: subprocess.Popen, log_path: Path, port: int, pid_file: Path):
+    def __init__(self, host: LocalHost, proc: subprocess.Popen, log_path: Path, port: int, pid_file: Path):
         self._host = host
         self._proc = proc
         self.log_path = log_path
@@ -56,8 +56,12 @@ class LocalServerHandle(ServerHandle):
                     self._proc.poll()  # reap the leader so it does not linger as a zombie
                     time.sleep(_proc.POLL_S)
                 if _proc.group_alive(self.pgid):
-                    log.warning("%s: process group %d still alive %.0f s after SIGTERM; SIGKILL", self._host.name,
-                                self.pgid, timeout_s)
+                    log.warning(
+                        "%s: process group %d still alive %.0f s after SIGTERM; SIGKILL",
+                        self._host.name,
+                        self.pgid,
+                        timeout_s,
+                    )
                     _proc.stop_group(self.pgid, 0.0)
             try:
                 self._proc.wait(timeout=10)
@@ -69,8 +73,10 @@ class LocalServerHandle(ServerHandle):
             if self._host._current is self:
                 self._host._current = None
         if not free:
-            raise HostError(f"{self._host.name}: port {self.port} still in use after the server's group was "
-                            "stopped", host=self._host.name)
+            raise HostError(
+                f"{self._host.name}: port {self.port} still in use after the server's group was stopped",
+                host=self._host.name,
+            )
 
     def __repr__(self) -> str:
         return f"LocalServerHandle(pgid={self.pgid}, url={self.base_url!r})"
@@ -147,8 +153,17 @@ class LocalHost(Host):
         run_id = uuid.uuid4().hex
         full_env[_proc.RUN_ID_ENV] = run_id
         # Intent first: a driver killed before the pid is recorded still leaves what finds the server.
-        _proc.write_json_atomic(pid_file, {"intent": True, "run_id": run_id, "port": port, "boot_id": _proc.boot_id(),
-                                           "bind_host": self.server_host, "driver_pid": os.getpid()})
+        _proc.write_json_atomic(
+            pid_file,
+            {
+                "intent": True,
+                "run_id": run_id,
+                "port": port,
+                "boot_id": _proc.boot_id(),
+                "bind_host": self.server_host,
+                "driver_pid": os.getpid(),
+            },
+        )
         with open(log_path, "ab", buffering=0) as logf:
             try:
                 proc = subprocess.Popen(

@@ -28,8 +28,8 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import paramiko
 
@@ -90,8 +90,13 @@ class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a") as f:
             f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-        log.warning("accepted new host key for %s (%s %s), added to %s", hostname, key.get_name(),
-                    key.fingerprint if hasattr(key, "fingerprint") else "", self.path)
+        log.warning(
+            "accepted new host key for %s (%s %s), added to %s",
+            hostname,
+            key.get_name(),
+            key.fingerprint if hasattr(key, "fingerprint") else "",
+            self.path,
+        )
 
 
 def _fingerprint(key: paramiko.PKey) -> str:
@@ -223,13 +228,13 @@ class SSHHost(Host):
                     break
                 out += data
                 if time.monotonic() > deadline:
-                    raise socket.timeout()
+                    raise TimeoutError()
             if not chan.status_event.wait(max(0.1, deadline - time.monotonic())):
-                raise socket.timeout()
+                raise TimeoutError()
             while chan.recv_stderr_ready():
                 err += chan.recv_stderr(65536)
             status = chan.recv_exit_status()
-        except socket.timeout:
+        except TimeoutError:
             transport.close()  # a silently dead connection looks like this: reconnect on the next use
             raise HostError(f"{self.name}: remote command timed out after {timeout_s:.0f} s", host=self.name) from None
         except (paramiko.SSHException, OSError, EOFError) as e:
@@ -244,17 +249,19 @@ class SSHHost(Host):
         status, out, err = self.run(cmd, timeout_s)
         lines = out.strip().splitlines()
         if status != 0 or not lines:
-            raise HostError(f"{self.name}: helper {args[0]!r} failed with status {status} using "
-                            f"{' '.join(self.python)!r}: {(err or out).strip()[-500:]}", host=self.name,
-                            log_tail=err[-2000:])
+            raise HostError(
+                f"{self.name}: helper {args[0]!r} failed with status {status} using "
+                f"{' '.join(self.python)!r}: {(err or out).strip()[-500:]}",
+                host=self.name,
+                log_tail=err[-2000:],
+            )
         return json.loads(lines[-1])
 
     def home(self) -> str:
         if self._home is None:
             status, out, err = self.run('printf "%s" "$HOME"')
             if status != 0 or not out.startswith("/"):
-                raise HostError(f"{self.name}: cannot find the remote home directory: {err.strip()}",
-                                host=self.name)
+                raise HostError(f"{self.name}: cannot find the remote home directory: {err.strip()}", host=self.name)
             self._home = out
         return self._home
 
@@ -322,21 +329,23 @@ class SSHHost(Host):
             f"{{ setsid sh -c {q(_WRAPPER)} sh {q(pid_file)} {q(exit_file)} "
             f"{' '.join(q(a) for a in [*env_args, *argv])} </dev/null >{q(remote_log)} 2>&1 & }}; "
             f"i=0; while [ ! -s {q(pid_file)} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
-            f"{helper} record \"$(cat {q(pid_file)})\" {q(json.dumps(extra))} {q(json_file)}"
+            f'{helper} record "$(cat {q(pid_file)})" {q(json.dumps(extra))} {q(json_file)}'
         )
         status, out, err = self.run(launch, 60.0)
         if status == 127:
             raise HostError(f"{self.name}: command not found on {self.cfg.address}: {argv[0]!r}", host=self.name)
         if status == 98:
-            raise HostError(f"{self.name}: port {port} on {self.cfg.address} ({self.cfg.server_host}) is taken",
-                            host=self.name)
+            raise HostError(
+                f"{self.name}: port {port} on {self.cfg.address} ({self.cfg.server_host}) is taken", host=self.name
+            )
         if status == 97:
-            raise HostError(f"{self.name}: cannot run {' '.join(self.python)!r} on {self.cfg.address}: "
-                            f"{err.strip()[-500:]}", host=self.name)
+            raise HostError(
+                f"{self.name}: cannot run {' '.join(self.python)!r} on {self.cfg.address}: {err.strip()[-500:]}",
+                host=self.name,
+            )
         lines = out.strip().splitlines()
         if status != 0 or not lines:
-            raise HostError(f"{self.name}: could not start the server: {(err or out).strip()[-500:]}",
-                            host=self.name)
+            raise HostError(f"{self.name}: could not start the server: {(err or out).strip()[-500:]}", host=self.name)
         rec = json.loads(lines[-1])
         handle = SSHServerHandle(self, rec, Path(log_path), remote_log, pid_file, exit_file, json_file, port)
         self._current = handle
@@ -370,8 +379,17 @@ def _status(word: str) -> int:
 
 
 class SSHServerHandle(ServerHandle):
-    def __init__(self, host: SSHHost, rec: dict, log_path: Path, remote_log: str, pid_file: str, exit_file: str,
-                 json_file: str, port: int) -> None:
+    def __init__(
+        self,
+        host: SSHHost,
+        rec: dict,
+        log_path: Path,
+        remote_log: str,
+        pid_file: str,
+        exit_file: str,
+        json_file: str,
+        port: int,
+    ) -> None:
         self._host = host
         self.pid = int(rec["pid"])
         self.pgid = int(rec["pgid"])
@@ -414,8 +432,11 @@ class SSHServerHandle(ServerHandle):
         if status != 0 or not (word == "gone" or word.isdigit()):
             # The check itself did not run (a cut connection prints nothing): the host's fault, not a crash of
             # the server, which must not be blamed on the configuration.
-            raise HostError(f"lost contact with {self._host.name} while checking server {self.pgid} "
-                            f"(status {status}, output {word[:80]!r})", host=self._host.name)
+            raise HostError(
+                f"lost contact with {self._host.name} while checking server {self.pgid} "
+                f"(status {status}, output {word[:80]!r})",
+                host=self._host.name,
+            )
         self._rc = _status(word)
         return self._rc
 
@@ -437,8 +458,9 @@ class SSHServerHandle(ServerHandle):
                 status, out, err = host.run(cmd, timeout_s + PORT_WAIT_S + 60.0)
                 lines = out.strip().splitlines()
                 if len(lines) < 2 or not lines[0].startswith("{"):
-                    raise HostError(f"{host.name}: stopping pgid {self.pgid} failed: {(err or out).strip()[-500:]}",
-                                    host=host.name)
+                    raise HostError(
+                        f"{host.name}: stopping pgid {self.pgid} failed: {(err or out).strip()[-500:]}", host=host.name
+                    )
                 res = json.loads(lines[0])
                 if self._rc is None:
                     self._rc = _status(lines[1].strip())
@@ -448,8 +470,10 @@ class SSHServerHandle(ServerHandle):
             if host._current is self:
                 host._current = None
         if not res.get("port_free", True):  # type: ignore[union-attr]
-            raise HostError(f"{self._host.name}: port {self.port} still in use after the server's group was "
-                            "stopped", host=self._host.name)
+            raise HostError(
+                f"{self._host.name}: port {self.port} still in use after the server's group was stopped",
+                host=self._host.name,
+            )
 
     def _detach(self) -> None:
         """Stop streaming the log (after a last read) and close the port forward."""
@@ -502,8 +526,7 @@ class _LogTail:
         return self._append(data)
 
     def _read_new_exec(self) -> bool:
-        status, out, err = self.host.run_bytes(
-            f"tail -c +{self.offset + 1} {q(self.remote)} | head -c {CHUNK}")
+        status, out, err = self.host.run_bytes(f"tail -c +{self.offset + 1} {q(self.remote)} | head -c {CHUNK}")
         if status != 0:
             raise OSError(f"tail failed ({status}): {err.decode('utf-8', 'replace').strip()}")
         return self._append(out)
@@ -573,7 +596,7 @@ class _Forward:
         while not self._closed.is_set():
             try:
                 conn, peer = self._sock.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 break
@@ -582,7 +605,8 @@ class _Forward:
     def _bridge(self, conn: socket.socket, peer: tuple) -> None:
         try:
             chan = self.host._transport().open_channel(
-                "direct-tcpip", (self.dest, self.dest_port), peer[:2], timeout=self.host.cfg.connect_timeout_s)
+                "direct-tcpip", (self.dest, self.dest_port), peer[:2], timeout=self.host.cfg.connect_timeout_s
+            )
         except (paramiko.SSHException, OSError, EOFError, HostError) as e:
             log.debug("%s: forward to %s:%d refused: %s", self.host.name, self.dest, self.dest_port, e)
             conn.close()  # the client sees a closed connection, like a refused port

@@ -47,9 +47,9 @@ def _server_args_repr(flags: dict, host: str, port: int) -> str:
 
 
 def serve(argv: list[str]) -> int:
+    from .. import rules
     from .model import load_profile
     from .profiles import DEFAULT_PROFILE
-    from .. import rules
 
     opts = cli.parse(argv, DEFAULT_PROFILE)
     try:
@@ -62,19 +62,25 @@ def serve(argv: list[str]) -> int:
     env = {k: os.environ[k] for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL") if os.environ.get(k)}
     err = sys.stderr
 
-    err.write("/sglang/launch_server.py:56: UserWarning: 'python -m sglang.launch_server' is still supported, but "
-              "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path <model> "
-              "[options]\n  warnings.warn(\n")
+    err.write(
+        "/sglang/launch_server.py:56: UserWarning: 'python -m sglang.launch_server' is still supported, but "
+        "'sglang serve' is the recommended entrypoint.\n  Example: sglang serve --model-path <model> "
+        "[options]\n  warnings.warn(\n"
+    )
     if "cuda-graph-max-bs" in flags:
-        err.write("\x1b[1;33m'--cuda-graph-max-bs' is deprecated and will be removed in a future release. "
-                  "Use '--cuda-graph-max-bs-decode' instead.\x1b[0m\n")
+        err.write(
+            "\x1b[1;33m'--cuda-graph-max-bs' is deprecated and will be removed in a future release. "
+            "Use '--cuda-graph-max-bs-decode' instead.\x1b[0m\n"
+        )
     err.flush()
     # Python imports of the real launcher (~13-24 s), then argument parsing.
     _sleep(profile.boot["imports"] * ts)
     violations = rules.startup_violations(flags, architecture=profile.architecture, gpu_sm=profile.gpu_sm)
     if flags.get("attention-backend") == "trtllm_mha" and not flags.get("page-size"):
-        log("TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, changing page_size from None to 64.",
-            sys.stderr if violations else None)
+        log(
+            "TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, changing page_size from None to 64.",
+            sys.stderr if violations else None,
+        )
     if violations:
         _, warnings = rules.normalize(flags, architecture=profile.architecture)
         for w in warnings:
@@ -87,13 +93,22 @@ def serve(argv: list[str]) -> int:
     ev = profile.evaluate(flags, env, 1)
     norm, warnings = rules.normalize(flags, architecture=profile.architecture)
     for w in warnings:
-        extra = " You can override this by explicitly setting --max-running-requests." \
-            if w == rules.MAX_RUNNING_WARNING else ""
+        extra = (
+            " You can override this by explicitly setting --max-running-requests."
+            if w == rules.MAX_RUNNING_WARNING
+            else ""
+        )
         log(w + extra)
-    if profile.tp_size > 1 and profile.comm is not None and not profile.comm.car_supported \
-            and not flags.get("disable-custom-all-reduce"):
-        log("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
-            "this warning, specify disable_custom_all_reduce=True explicitly.")
+    if (
+        profile.tp_size > 1
+        and profile.comm is not None
+        and not profile.comm.car_supported
+        and not flags.get("disable-custom-all-reduce")
+    ):
+        log(
+            "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
+            "this warning, specify disable_custom_all_reduce=True explicitly."
+        )
     for name in opts.unknown:
         log(f"Simulator: flag --{name} accepted and not modelled.")
     phases = profile.boot_phases(flags)
@@ -114,26 +129,35 @@ def serve(argv: list[str]) -> int:
     log(f"Load weight begin. avail mem={gpu - 0.7:.2f} GB")
     _sleep(ph["load_weights"] * ts)
     weights_gb = gpu * 0.55
-    log(f"Load weight end. elapsed={ph['load_weights']:.2f} s, type={profile.architecture}, "
-        f"avail mem={gpu - 0.7 - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB.")
+    log(
+        f"Load weight end. elapsed={ph['load_weights']:.2f} s, type={profile.architecture}, "
+        f"avail mem={gpu - 0.7 - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB."
+    )
     if "load_draft_weights" in ph:
         log(f"Using draft model load_format: '{flags.get('speculative-draft-load-format', 'auto')}'")
         log(f"Load weight begin. avail mem={gpu - 0.7 - weights_gb:.2f} GB")
         _sleep(ph["load_draft_weights"] * ts)
-        log(f"Load weight end. elapsed={ph['load_draft_weights']:.2f} s, type=LlamaForCausalLMEagle3, "
-            f"avail mem={gpu - 1.2 - weights_gb:.2f} GB, mem usage=0.50 GB.")
+        log(
+            f"Load weight end. elapsed={ph['load_draft_weights']:.2f} s, type=LlamaForCausalLMEagle3, "
+            f"avail mem={gpu - 1.2 - weights_gb:.2f} GB, mem usage=0.50 GB."
+        )
     _sleep(ph["memory_pool"] * ts)
     if ev.failure == "oom":
         logs.scheduler_crash(
-            ['  File "/sglang/srt/managers/scheduler.py", line 4931, in run_scheduler_process',
-             "    scheduler = Scheduler(",
-             '  File "/sglang/srt/model_executor/model_runner.py", line 2113, in init_memory_pool',
-             "    raise RuntimeError("],
-            "RuntimeError: " + ev.message)
+            [
+                '  File "/sglang/srt/managers/scheduler.py", line 4931, in run_scheduler_process',
+                "    scheduler = Scheduler(",
+                '  File "/sglang/srt/model_executor/model_runner.py", line 2113, in init_memory_pool',
+                "    raise RuntimeError(",
+            ],
+            "RuntimeError: " + ev.message,
+        )
     kv = profile.max_total_num_tokens
     avail = gpu * 0.12
-    log(f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {kv}, K size: {gpu * 0.1:.2f} GB, "
-        f"V size: {gpu * 0.1:.2f} GB")
+    log(
+        f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {kv}, K size: {gpu * 0.1:.2f} GB, "
+        f"V size: {gpu * 0.1:.2f} GB"
+    )
     log(f"Memory pool end. avail mem={avail:.2f} GB")
     log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
     capture_total = 0.0
@@ -153,21 +177,28 @@ def serve(argv: list[str]) -> int:
         if ev.failure == "cuda_graph" and name != "capture_prefill":
             _sleep(sec * ts * 0.5)
             logs.scheduler_crash(
-                ['  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 612, in __init__',
-                 "    self.capture()",
-                 '  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 801, in capture',
-                 "    raise Exception("],
-                "Exception: " + ev.message)
+                [
+                    '  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 612, in __init__',
+                    "    self.capture()",
+                    '  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 801, in capture',
+                    "    raise Exception(",
+                ],
+                "Exception: " + ev.message,
+            )
         _sleep(sec * ts)
         capture_total += sec
         log(f"Capture {what} CUDA graph end. elapsed={sec:.2f} s, mem usage=0.10 GB, avail mem={avail:.2f} GB.")
     log(f"Capture cuda graph end. Time elapsed: {capture_total:.2f} s. mem usage=0.60 GB. avail mem={avail:.2f} GB.")
     res = profile._resolve(flags)
-    log(f"max_total_num_tokens={kv}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+    log(
+        f"max_total_num_tokens={kv}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
         f"max_running_requests={res['max_running']}, context_len={profile.context_len}, "
-        f"available_gpu_mem={avail:.2f} GB")
-    log(f"Engine startup timings (s): load_weight={ph['load_weights']:.2f}, "
-        f"kv_cache_allocation={ph['memory_pool']:.2f}, scheduler_e2e={sum(ph.values()) - ph['imports']:.2f}")
+        f"available_gpu_mem={avail:.2f} GB"
+    )
+    log(
+        f"Engine startup timings (s): load_weight={ph['load_weights']:.2f}, "
+        f"kv_cache_allocation={ph['memory_pool']:.2f}, scheduler_e2e={sum(ph.values()) - ph['imports']:.2f}"
+    )
 
     coro = _serve_http(opts, profile, flags, env, phases, ev)
     try:  # uvloop and httptools (uvicorn's fast paths) when installed; plain asyncio and h11 otherwise
@@ -187,19 +218,37 @@ async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
 
     def crash() -> None:
         logs.scheduler_crash(
-            ['  File "/sglang/srt/managers/scheduler.py", line 3121, in event_loop_overlap',
-             "    self.process_batch_result(tmp_batch, tmp_result)",
-             '  File "/sglang/srt/speculative/eagle_worker_v2.py", line 702, in verify',
-             "    torch.cuda.synchronize()",
-             ],
-            "torch.AcceleratorError: " + ev.message)
+            [
+                '  File "/sglang/srt/managers/scheduler.py", line 3121, in event_loop_overlap',
+                "    self.process_batch_result(tmp_batch, tmp_result)",
+                '  File "/sglang/srt/speculative/eagle_worker_v2.py", line 702, in verify',
+                "    torch.cuda.synchronize()",
+            ],
+            "torch.AcceleratorError: " + ev.message,
+        )
 
-    engine = Engine(profile, flags, env, step_scale=opts.step_scale, seed=opts.seed,
-                    crash_after=ev.crash_after_requests if ev.failure == "crash_serving" else None,
-                    on_crash=crash)
+    engine = Engine(
+        profile,
+        flags,
+        env,
+        step_scale=opts.step_scale,
+        seed=opts.seed,
+        crash_after=ev.crash_after_requests if ev.failure == "crash_serving" else None,
+        on_crash=crash,
+    )
     skip_warmup = bool(flags.get("skip-server-warmup"))
-    state = State(profile, flags, env, engine, host=opts.host, port=opts.port, time_scale=ts, boot_phases=phases,
-                  unknown=opts.unknown, skip_warmup=skip_warmup)
+    state = State(
+        profile,
+        flags,
+        env,
+        engine,
+        host=opts.host,
+        port=opts.port,
+        time_scale=ts,
+        boot_phases=phases,
+        unknown=opts.unknown,
+        skip_warmup=skip_warmup,
+    )
     app = build_app(state)
     fmt = "[%(asctime)s] %(levelname)s:     %(message)s"
     log_config = {
@@ -207,8 +256,12 @@ async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
         "disable_existing_loggers": False,
         "formatters": {
             "default": {"()": "logging.Formatter", "fmt": fmt, "datefmt": logs.FMT},
-            "access": {"()": "uvicorn.logging.AccessFormatter", "use_colors": False, "datefmt": logs.FMT,
-                       "fmt": '[%(asctime)s] %(levelname)s:     %(client_addr)s - "%(request_line)s" %(status_code)s'},
+            "access": {
+                "()": "uvicorn.logging.AccessFormatter",
+                "use_colors": False,
+                "datefmt": logs.FMT,
+                "fmt": '[%(asctime)s] %(levelname)s:     %(client_addr)s - "%(request_line)s" %(status_code)s',
+            },
         },
         "handlers": {
             "default": {"class": "logging.StreamHandler", "formatter": "default", "stream": "ext://sys.stdout"},
@@ -220,8 +273,18 @@ async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
             "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
         },
     }
-    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_config=log_config, access_log=True,
-                            timeout_keep_alive=30, backlog=2048, lifespan="off", loop="none", http="auto")
+    config = uvicorn.Config(
+        app,
+        host=opts.host,
+        port=opts.port,
+        log_config=log_config,
+        access_log=True,
+        timeout_keep_alive=30,
+        backlog=2048,
+        lifespan="off",
+        loop="none",
+        http="auto",
+    )
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager

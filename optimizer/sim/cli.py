@@ -8,9 +8,10 @@ positional word, a missing or mistyped value of a known flag) exits 2 like argpa
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NoReturn
+from typing import Any, NoReturn
 
 import yaml
 
@@ -74,8 +75,10 @@ class Options:
 
 
 def usage_error(message: str) -> NoReturn:
-    sys.stderr.write(f"usage: {PROG} [-h] [--sim-profile NAME] [--sim-time-scale X] [--sim-step-scale X] "
-                     f"[--sim-seed N] [SGLang launch flags ...]\n{PROG}: error: {message}\n")
+    sys.stderr.write(
+        f"usage: {PROG} [-h] [--sim-profile NAME] [--sim-time-scale X] [--sim-step-scale X] "
+        f"[--sim-seed N] [SGLang launch flags ...]\n{PROG}: error: {message}\n"
+    )
     sys.stderr.flush()
     raise SystemExit(2)
 

@@ -14,29 +14,112 @@ import re
 import time
 import zlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .model import CATEGORIES, Profile, accept_cdf, draw_accept
 
 # Plain ASCII words (no JSON escaping needed), each one token.
 WORDS = [
-    " the", " model", " answer", " is", " a", " simple", " way", " to", " solve", " this", " problem", " and",
-    " we", " can", " see", " that", " each", " step", " of", " it", " works", " well", " with", " data",
-    " in", " practice", " for", " many", " cases", " where", " speed", " matters", " most", " so", " let",
-    " us", " look", " at", " how", " one", " might", " write", " code", " which", " runs", " fast", " on",
-    " modern", " hardware", " while", " keeping", " results", " correct", " here", " are", " some", " more",
-    " ideas", " about", " it", " today",
+    " the",
+    " model",
+    " answer",
+    " is",
+    " a",
+    " simple",
+    " way",
+    " to",
+    " solve",
+    " this",
+    " problem",
+    " and",
+    " we",
+    " can",
+    " see",
+    " that",
+    " each",
+    " step",
+    " of",
+    " it",
+    " works",
+    " well",
+    " with",
+    " data",
+    " in",
+    " practice",
+    " for",
+    " many",
+    " cases",
+    " where",
+    " speed",
+    " matters",
+    " most",
+    " so",
+    " let",
+    " us",
+    " look",
+    " at",
+    " how",
+    " one",
+    " might",
+    " write",
+    " code",
+    " which",
+    " runs",
+    " fast",
+    " on",
+    " modern",
+    " hardware",
+    " while",
+    " keeping",
+    " results",
+    " correct",
+    " here",
+    " are",
+    " some",
+    " more",
+    " ideas",
+    " about",
+    " it",
+    " today",
 ]
 N_WORDS = len(WORDS)
 JOIN_FRACTION = 0.25  # a request arriving within this fraction of a step joins the step in flight
 MAX_DEBT_S = 1.0  # a starved event loop catches up on at most this much lost step time
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
-_CODE = ("def ", "function", "python", "code", "class ", "implement", "```", "program", "javascript", "compile",
-         "bug", "sql", "algorithm", "rust", "c++")
-_MATH = ("solve", "math", "calculate", "equation", "integral", "how many", "compute", "prove", "sum of",
-         "probability", "derivative", "arithmetic")
+_CODE = (
+    "def ",
+    "function",
+    "python",
+    "code",
+    "class ",
+    "implement",
+    "```",
+    "program",
+    "javascript",
+    "compile",
+    "bug",
+    "sql",
+    "algorithm",
+    "rust",
+    "c++",
+)
+_MATH = (
+    "solve",
+    "math",
+    "calculate",
+    "equation",
+    "integral",
+    "how many",
+    "compute",
+    "prove",
+    "sum of",
+    "probability",
+    "derivative",
+    "arithmetic",
+)
 _SUMM = ("summarize", "summarise", "summary", "tl;dr", "tldr", "key points", "condense")
 
 
@@ -114,8 +197,17 @@ class Request:
 
 
 class Engine:
-    def __init__(self, profile: Profile, flags: dict[str, Any], env: dict[str, str], *, step_scale: float = 1.0,
-                 seed: int = 0, crash_after: int | None = None, on_crash: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        flags: dict[str, Any],
+        env: dict[str, str],
+        *,
+        step_scale: float = 1.0,
+        seed: int = 0,
+        crash_after: int | None = None,
+        on_crash: Callable[[], None] | None = None,
+    ) -> None:
         self.profile = profile
         self.flags = flags
         self.env = env
@@ -164,11 +256,19 @@ class Engine:
 
     def new_request(self, category: str, max_tokens: int, prompt_tokens: int, prompt_text: str) -> Request:
         self.counter += 1
-        rid = f"{self.counter:08x}{zlib.crc32(prompt_text.encode('utf-8', 'replace')) & 0xFFFFFFFF:08x}" \
-              f"{int(time.time() * 1e6) & 0xFFFFFFFFFFFFFFFF:016x}"
+        rid = (
+            f"{self.counter:08x}{zlib.crc32(prompt_text.encode('utf-8', 'replace')) & 0xFFFFFFFF:08x}"
+            f"{int(time.time() * 1e6) & 0xFFFFFFFFFFFFFFFF:016x}"
+        )
         cat = category if category in CATEGORIES else "chat"
-        return Request(rid=rid, category=cat, max_tokens=max(0, int(max_tokens)), prompt_tokens=prompt_tokens,
-                       seed=text_seed(prompt_text), cdf=self.cdfs[cat])
+        return Request(
+            rid=rid,
+            category=cat,
+            max_tokens=max(0, int(max_tokens)),
+            prompt_tokens=prompt_tokens,
+            seed=text_seed(prompt_text),
+            cdf=self.cdfs[cat],
+        )
 
     def submit(self, req: Request) -> None:
         self.prompt_tokens += req.prompt_tokens
@@ -180,8 +280,12 @@ class Engine:
             return
         # Continuous batching: a request arriving early in a step rides along with it (its prefill is mixed into
         # the step); later arrivals join at the next step boundary.
-        if (self._in_step and not self.waiting and len(self.running) < self.max_running
-                and asyncio.get_running_loop().time() - self._step_start <= JOIN_FRACTION * self._step_dt):
+        if (
+            self._in_step
+            and not self.waiting
+            and len(self.running) < self.max_running
+            and asyncio.get_running_loop().time() - self._step_start <= JOIN_FRACTION * self._step_dt
+        ):
             self.waiting.append(req)
             self._admit(time.time())
             return

@@ -30,9 +30,10 @@ from __future__ import annotations
 import bisect
 import math
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -128,8 +129,15 @@ class Rule:
     cgbs_min: int | None = None
     why: str = ""
 
-    def matches(self, algo: str | None, attn: str, triple: tuple[int, int, int] | None,
-                env: Mapping[str, str], car_active: bool, cgbs: int) -> bool:
+    def matches(
+        self,
+        algo: str | None,
+        attn: str,
+        triple: tuple[int, int, int] | None,
+        env: Mapping[str, str],
+        car_active: bool,
+        cgbs: int,
+    ) -> bool:
         if self.algo is not None and algo not in self.algo:
             return False
         if self.attention is not None and attn not in self.attention:
@@ -269,8 +277,16 @@ class Profile:
         car_disabled = _truthy(flags.get("disable-custom-all-reduce"))
         car_active = bool(self.comm and self.comm.car_supported and not car_disabled)
         mfs = float(flags.get("mem-fraction-static") or self.default_mem_fraction)
-        return dict(algo=algo, triple=triple, attn=attn, cgbs=cgbs, max_running=max_running,
-                    car_disabled=car_disabled, car_active=car_active, mfs=mfs)
+        return dict(
+            algo=algo,
+            triple=triple,
+            attn=attn,
+            cgbs=cgbs,
+            max_running=max_running,
+            car_disabled=car_disabled,
+            car_active=car_active,
+            mfs=mfs,
+        )
 
     # ------------------------------------------------------------------ acceptance
     def _curve(self, category: str, depth: int) -> float:
@@ -303,8 +319,9 @@ class Profile:
             base = 1 + (base - 1) * 0.9
         return min(base, depth + 1 - 1e-3, float(draft))
 
-    def mixed_accept_length(self, algo: str | None, triple: tuple[int, int, int] | None,
-                            categories: Mapping[str, float] | None = None) -> tuple[float, dict[str, float]]:
+    def mixed_accept_length(
+        self, algo: str | None, triple: tuple[int, int, int] | None, categories: Mapping[str, float] | None = None
+    ) -> tuple[float, dict[str, float]]:
         """Accept length of a prompt mix: the harmonic mean weighted by request share (equal output lengths)."""
         cats = dict(categories or self.default_categories)
         total = sum(w for w in cats.values() if w > 0) or 1.0
@@ -313,8 +330,9 @@ class Profile:
         return (1.0 / inv if inv > 0 else 1.0), per
 
     # ------------------------------------------------------------------ step time
-    def step_times(self, b: int, flags_resolved: Mapping[str, Any],
-                   env: Mapping[str, str]) -> tuple[float, float, float]:
+    def step_times(
+        self, b: int, flags_resolved: Mapping[str, Any], env: Mapping[str, str]
+    ) -> tuple[float, float, float]:
         """(cycle_ms, verify_ms, draft_ms) for one decode/verify step of b running requests."""
         r = flags_resolved
         b = max(1, int(b))
@@ -373,8 +391,12 @@ class Profile:
             steps, topk, draft = r["triple"]
             phases.append(("capture_target_verify", bt["capture_verify"] * graph_scale * (1 + 0.05 * draft)))
             phases.append(("capture_draft_prefill", bt["capture_draft_prefill"]))
-            phases.append(("capture_draft_decode",
-                           bt["capture_draft_decode"] * graph_scale * (1 + 0.1 * steps) * (1 + 0.6 * math.log2(topk))))
+            phases.append(
+                (
+                    "capture_draft_decode",
+                    bt["capture_draft_decode"] * graph_scale * (1 + 0.1 * steps) * (1 + 0.6 * math.log2(topk)),
+                )
+            )
             phases.append(("capture_draft_extend", bt["capture_draft_extend"] * graph_scale))
         else:
             phases.append(("capture_decode", bt["capture_decode"] * graph_scale))
@@ -385,8 +407,9 @@ class Profile:
         return sum(s for _, s in self.boot_phases(flags))
 
     # ------------------------------------------------------------------ failures
-    def failure(self, flags: Mapping[str, Any],
-                env: Mapping[str, str]) -> tuple[str | None, str, int | None, list[str]]:
+    def failure(
+        self, flags: Mapping[str, Any], env: Mapping[str, str]
+    ) -> tuple[str | None, str, int | None, list[str]]:
         """(failure kind, SGLang's message, crash_after_requests, warnings) in the order SGLang would hit them."""
         violations = rules.startup_violations(flags, architecture=self.architecture, gpu_sm=self.gpu_sm)
         if violations:
@@ -433,14 +456,18 @@ class Profile:
     def effective_batch(self, flags: Mapping[str, Any], concurrency: int) -> int:
         return max(1, min(int(concurrency), self._resolve(flags)["max_running"]))
 
-    def evaluate(self, flags: Mapping[str, Any], env: Mapping[str, str] | None = None, concurrency: int = 1,
-                 categories: Mapping[str, float] | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        flags: Mapping[str, Any],
+        env: Mapping[str, str] | None = None,
+        concurrency: int = 1,
+        categories: Mapping[str, float] | None = None,
+    ) -> Evaluation:
         env = {k: str(v) for k, v in (env or {}).items() if v is not None and str(v) != "unset"}
         flags = {k: v for k, v in flags.items() if v is not None}
         kind, message, crash_after, warnings = self.failure(flags, env)
         if kind == "invalid":
-            return Evaluation(False, kind, message, 0.0, 0.0, 0.0, self.boot["imports"], None,
-                              warnings=tuple(warnings))
+            return Evaluation(False, kind, message, 0.0, 0.0, 0.0, self.boot["imports"], None, warnings=tuple(warnings))
         r = self._resolve(flags)
         boot = self.boot_seconds(flags)
         b = max(1, min(int(concurrency), r["max_running"]))
@@ -453,8 +480,22 @@ class Profile:
             boot = self._boot_until_failure(flags, kind)
         else:
             tps_out = tps
-        return Evaluation(ok, kind, message, tps_out, L, cycle, boot, crash_after, batch=b, verify_ms=verify,
-                          draft_ms=draft, triple=r["triple"], warnings=tuple(warnings), per_category_accept=per)
+        return Evaluation(
+            ok,
+            kind,
+            message,
+            tps_out,
+            L,
+            cycle,
+            boot,
+            crash_after,
+            batch=b,
+            verify_ms=verify,
+            draft_ms=draft,
+            triple=r["triple"],
+            warnings=tuple(warnings),
+            per_category_accept=per,
+        )
 
     def _boot_until_failure(self, flags: Mapping[str, Any], kind: str) -> float:
         stop = {"nccl_hang": "init_distributed", "oom": "memory_pool", "cuda_graph": "capture_prefill"}[kind]
@@ -470,8 +511,9 @@ class Profile:
         """One launch's multiplicative speed factor (CALIBRATION.md: repeating a launch moved tok/s by 3-4%)."""
         return float(np.clip(rng.normal(1.0, LAUNCH_NOISE_SIGMA), 0.9, 1.1))
 
-    def chunk_tok_per_s(self, ev: Evaluation, n_tokens: int, rng: np.random.Generator,
-                        launch_factor: float | None = None) -> float:
+    def chunk_tok_per_s(
+        self, ev: Evaluation, n_tokens: int, rng: np.random.Generator, launch_factor: float | None = None
+    ) -> float:
         """A noisy measurement of a benchmark chunk of n_tokens output tokens, as a real server would give.
 
         Acceptance randomness: the chunk's mean accept length over its verify steps varies like a sample mean;

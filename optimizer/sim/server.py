@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request as HTTPRequest
@@ -17,16 +18,29 @@ from .engine import Engine, Request, classify, count_tokens, token_ids, token_te
 from .logs import log
 from .model import Profile
 
-FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
-              "requests, the operation will not be performed.)\n")
+FLUSH_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+    "requests, the operation will not be performed.)\n"
+)
 SSE_MEDIA = "text/event-stream; charset=utf-8"
 CHAT_TEMPLATE_TOKENS = 30  # ChatML with the default system prompt, as recorded (36 tokens for a 6-token message)
 
 
 class State:
-    def __init__(self, profile: Profile, flags: dict[str, Any], env: dict[str, str], engine: Engine, *,
-                 host: str, port: int, time_scale: float, boot_phases: list[tuple[str, float]],
-                 unknown: list[str], skip_warmup: bool) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        flags: dict[str, Any],
+        env: dict[str, str],
+        engine: Engine,
+        *,
+        host: str,
+        port: int,
+        time_scale: float,
+        boot_phases: list[tuple[str, float]],
+        unknown: list[str],
+        skip_warmup: bool,
+    ) -> None:
         self.profile = profile
         self.flags = flags
         self.env = env
@@ -44,17 +58,20 @@ class State:
 
 
 def _error(message: str, status: int = 400, etype: str = "BadRequestError") -> JSONResponse:
-    return JSONResponse({"object": "error", "message": message, "type": etype, "param": None, "code": status},
-                        status_code=status)
+    return JSONResponse(
+        {"object": "error", "message": message, "type": etype, "param": None, "code": status}, status_code=status
+    )
 
 
 def _validation_error(kind: str, loc: tuple, msg: str, inp: Any, ctx: dict | None = None) -> JSONResponse:
     detail: dict[str, Any] = {"type": kind, "loc": loc, "msg": msg, "input": inp}
     if ctx:
         detail["ctx"] = ctx
-    message = (f"1 validation error:\n  {detail!r}\n\n"
-               '  File "/sglang/srt/entrypoints/http_server.py", line 1702, in openai_v1_chat_completions\n'
-               "    POST /v1/chat/completions")
+    message = (
+        f"1 validation error:\n  {detail!r}\n\n"
+        '  File "/sglang/srt/entrypoints/http_server.py", line 1702, in openai_v1_chat_completions\n'
+        "    POST /v1/chat/completions"
+    )
     return _error(message, 400, "Bad Request")
 
 
@@ -64,8 +81,9 @@ async def _json_body(request: HTTPRequest) -> tuple[Any, JSONResponse | None]:
         return json.loads(raw or b"{}"), None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         pos = getattr(exc, "pos", 0)
-        return None, _validation_error("json_invalid", ("body", pos), "JSON decode error", {},
-                                       {"error": getattr(exc, "msg", str(exc))})
+        return None, _validation_error(
+            "json_invalid", ("body", pos), "JSON decode error", {}, {"error": getattr(exc, "msg", str(exc))}
+        )
 
 
 def _max_tokens(body: dict, *keys: str, default: int = 256) -> tuple[int | None, JSONResponse | None]:
@@ -124,8 +142,10 @@ def build_app(st: State) -> Starlette:
 
     async def get_model_info(request: HTTPRequest) -> Response:
         if request.url.path == "/get_model_info":
-            log("Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
-                "Please use '/model_info' instead.")
+            log(
+                "Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+                "Please use '/model_info' instead."
+            )
         return JSONResponse(model_info())
 
     def server_args() -> dict:
@@ -152,14 +172,22 @@ def build_app(st: State) -> Starlette:
         )
         if eng.spec:
             steps, topk, draft = eng.triple
-            args.update(speculative_algorithm=eng.algo,
-                        speculative_draft_model_path=st.flags.get("speculative-draft-model-path")
-                        or st.profile.draft_model_path,
-                        speculative_num_steps=steps, speculative_eagle_topk=topk,
-                        speculative_num_draft_tokens=draft)
+            args.update(
+                speculative_algorithm=eng.algo,
+                speculative_draft_model_path=st.flags.get("speculative-draft-model-path")
+                or st.profile.draft_model_path,
+                speculative_num_steps=steps,
+                speculative_eagle_topk=topk,
+                speculative_num_draft_tokens=draft,
+            )
         else:
-            for k in ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
-                      "speculative_eagle_topk", "speculative_num_draft_tokens"):
+            for k in (
+                "speculative_algorithm",
+                "speculative_draft_model_path",
+                "speculative_num_steps",
+                "speculative_eagle_topk",
+                "speculative_num_draft_tokens",
+            ):
                 args[k] = None
         return args
 
@@ -191,11 +219,14 @@ def build_app(st: State) -> Starlette:
             _cuda_graph_config_locked=[["decode", "max_bs"]],
             grpc_worker_threads=4,
             last_gen_throughput=eng.last_gen_throughput,
-            memory_usage={"weight": round(st.profile.gpu_mem_gb * 0.6, 3),
-                          "kvcache": round(st.profile.gpu_mem_gb * 0.25, 3),
-                          "startup_available": round(st.profile.gpu_mem_gb * 0.1, 3),
-                          "token_capacity": st.profile.max_total_num_tokens, "token_capacity_swa": None,
-                          "graph": {k: 0.1 for k in cuda_graph}},
+            memory_usage={
+                "weight": round(st.profile.gpu_mem_gb * 0.6, 3),
+                "kvcache": round(st.profile.gpu_mem_gb * 0.25, 3),
+                "startup_available": round(st.profile.gpu_mem_gb * 0.1, 3),
+                "token_capacity": st.profile.max_total_num_tokens,
+                "token_capacity_swa": None,
+                "graph": {k: 0.1 for k in cuda_graph},
+            },
             _mx_config_cache={},
             _quantization_explicitly_unset=False,
         )
@@ -215,15 +246,25 @@ def build_app(st: State) -> Starlette:
 
     async def get_server_info(request: HTTPRequest) -> Response:
         if request.url.path == "/get_server_info":
-            log("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
-                "Please use '/server_info' instead.")
+            log(
+                "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                "Please use '/server_info' instead."
+            )
         return JSONResponse(server_info())
 
     async def get_load(request: HTTPRequest) -> Response:
-        return JSONResponse([{"dp_rank": 0, "num_reqs": len(eng.running) + len(eng.waiting),
-                              "num_waiting_reqs": len(eng.waiting),
-                              "num_tokens": sum(r.prompt_tokens + r.produced for r in eng.running),
-                              "num_pending_tokens": 0, "ts_tic": time.monotonic()}])
+        return JSONResponse(
+            [
+                {
+                    "dp_rank": 0,
+                    "num_reqs": len(eng.running) + len(eng.waiting),
+                    "num_waiting_reqs": len(eng.waiting),
+                    "num_tokens": sum(r.prompt_tokens + r.produced for r in eng.running),
+                    "num_pending_tokens": 0,
+                    "ts_tic": time.monotonic(),
+                }
+            ]
+        )
 
     async def flush_cache(request: HTTPRequest) -> Response:
         if eng.running or eng.waiting:
@@ -232,9 +273,22 @@ def build_app(st: State) -> Starlette:
         return Response(FLUSH_TEXT, status_code=200, media_type=None)
 
     async def v1_models(request: HTTPRequest) -> Response:
-        return JSONResponse({"object": "list", "data": [{
-            "id": st.model_path, "object": "model", "created": st.created, "owned_by": "sglang",
-            "root": st.model_path, "parent": None, "max_model_len": st.profile.context_len}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": st.model_path,
+                        "object": "model",
+                        "created": st.created,
+                        "owned_by": "sglang",
+                        "root": st.model_path,
+                        "parent": None,
+                        "max_model_len": st.profile.context_len,
+                    }
+                ],
+            }
+        )
 
     async def metrics(request: HTTPRequest) -> Response:
         if not st.flags.get("enable-metrics"):
@@ -258,8 +312,7 @@ def build_app(st: State) -> Starlette:
         if err is not None:
             return err
         if not isinstance(body, dict):
-            return _validation_error("model_attributes_type", ("body",), "Input should be a valid dictionary",
-                                     body)
+            return _validation_error("model_attributes_type", ("body",), "Input should be a valid dictionary", body)
         if chat:
             messages = body.get("messages")
             if messages is None:
@@ -267,8 +320,7 @@ def build_app(st: State) -> Starlette:
                 inp.setdefault("tool_choice", "none")
                 return _validation_error("missing", ("body", "messages"), "Field required", inp)
             if not isinstance(messages, list):
-                return _validation_error("list_type", ("body", "messages"), "Input should be a valid list",
-                                         messages)
+                return _validation_error("list_type", ("body", "messages"), "Input should be a valid list", messages)
             text, prompt_tokens = _messages_text(messages)
         else:
             prompt = body.get("prompt")
@@ -288,25 +340,55 @@ def build_app(st: State) -> Starlette:
         include_usage = bool(usage_opt.get("include_usage")) if isinstance(usage_opt, dict) else False
         created = int(time.time())
         if stream:
-            gen = _chat_stream(req, created, include_usage) if chat else _completion_stream(req, created,
-                                                                                             include_usage)
+            gen = _chat_stream(req, created, include_usage) if chat else _completion_stream(req, created, include_usage)
             return StreamingResponse(_guard(gen, req), media_type=SSE_MEDIA)
         await _wait_done(req)
         content = token_text(req.seed, 0, req.produced)
-        usage = {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + req.produced,
-                 "completion_tokens": req.produced, "prompt_tokens_details": None, "reasoning_tokens": 0}
+        usage = {
+            "prompt_tokens": req.prompt_tokens,
+            "total_tokens": req.prompt_tokens + req.produced,
+            "completion_tokens": req.produced,
+            "prompt_tokens_details": None,
+            "reasoning_tokens": 0,
+        }
         if chat:
-            return JSONResponse({
-                "id": req.rid, "object": "chat.completion", "created": created, "model": st.model_path,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content,
-                                                     "reasoning_content": None, "tool_calls": None},
-                             "logprobs": None, "finish_reason": "length", "matched_stop": None}],
-                "usage": usage, "metadata": {"weight_version": "default"}})
-        return JSONResponse({
-            "id": req.rid, "object": "text_completion", "created": created, "model": st.model_path,
-            "choices": [{"index": 0, "text": content, "logprobs": None, "finish_reason": "length",
-                         "matched_stop": None}],
-            "usage": usage, "metadata": {"weight_version": "default"}})
+            return JSONResponse(
+                {
+                    "id": req.rid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": st.model_path,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {
+                                "role": "assistant",
+                                "content": content,
+                                "reasoning_content": None,
+                                "tool_calls": None,
+                            },
+                            "logprobs": None,
+                            "finish_reason": "length",
+                            "matched_stop": None,
+                        }
+                    ],
+                    "usage": usage,
+                    "metadata": {"weight_version": "default"},
+                }
+            )
+        return JSONResponse(
+            {
+                "id": req.rid,
+                "object": "text_completion",
+                "created": created,
+                "model": st.model_path,
+                "choices": [
+                    {"index": 0, "text": content, "logprobs": None, "finish_reason": "length", "matched_stop": None}
+                ],
+                "usage": usage,
+                "metadata": {"weight_version": "default"},
+            }
+        )
 
     async def _wait_done(req: Request) -> None:
         try:
@@ -339,24 +421,34 @@ def build_app(st: State) -> Starlette:
         """The usage chunk (``choices: []``; chat adds ``prompt_tokens_details`` as recorded) and ``[DONE]``."""
         out = []
         if include_usage:
-            usage: dict[str, Any] = {"prompt_tokens": req.prompt_tokens,
-                                     "total_tokens": req.prompt_tokens + req.produced,
-                                     "completion_tokens": req.produced}
+            usage: dict[str, Any] = {
+                "prompt_tokens": req.prompt_tokens,
+                "total_tokens": req.prompt_tokens + req.produced,
+                "completion_tokens": req.produced,
+            }
             if details:
                 usage["prompt_tokens_details"] = None
             usage["reasoning_tokens"] = 0
-            out.append(head[:-len(b'"choices":[')] + b'"choices":[],"usage":'
-                       + json.dumps(usage, separators=(",", ":")).encode() + b"}\n\n")
+            out.append(
+                head[: -len(b'"choices":[')]
+                + b'"choices":[],"usage":'
+                + json.dumps(usage, separators=(",", ":")).encode()
+                + b"}\n\n"
+            )
         out.append(b"data: [DONE]\n\n")
         return out
 
     async def _chat_stream(req: Request, created: int, include_usage: bool) -> AsyncIterator[bytes]:
-        head = (f'data: {{"id":"{req.rid}","object":"chat.completion.chunk","created":{created},'
-                f'"model":{model_json},"choices":[').encode()
+        head = (
+            f'data: {{"id":"{req.rid}","object":"chat.completion.chunk","created":{created},'
+            f'"model":{model_json},"choices":['
+        ).encode()
         content_open = b'{"index":0,"delta":{"reasoning_content":null,"content":"'
         content_close = b'"},"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
-        yield head + (b'{"index":0,"delta":{"reasoning_content":null,"role":"assistant","content":""},'
-                      b'"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n')
+        yield head + (
+            b'{"index":0,"delta":{"reasoning_content":null,"role":"assistant","content":""},'
+            b'"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n'
+        )
         seed = req.seed
         while True:
             events = await req.chan.get()
@@ -367,8 +459,10 @@ def build_app(st: State) -> Starlette:
                     out.append(head + content_open + token_text(seed, start, n).encode() + content_close)
                 finished = finished or fin
             if finished:
-                out.append(head + b'{"index":0,"delta":{"reasoning_content":null},"logprobs":null,'
-                                  b'"finish_reason":"length","matched_stop":null}]}\n\n')
+                out.append(
+                    head + b'{"index":0,"delta":{"reasoning_content":null},"logprobs":null,'
+                    b'"finish_reason":"length","matched_stop":null}]}\n\n'
+                )
                 out.extend(_stream_end(head, req, include_usage, details=True))
                 yield b"".join(out)
                 return
@@ -376,8 +470,9 @@ def build_app(st: State) -> Starlette:
                 yield b"".join(out)
 
     async def _completion_stream(req: Request, created: int, include_usage: bool) -> AsyncIterator[bytes]:
-        head = (f'data: {{"id":"{req.rid}","object":"text_completion","created":{created},'
-                f'"model":{model_json},"choices":[').encode()
+        head = (
+            f'data: {{"id":"{req.rid}","object":"text_completion","created":{created},"model":{model_json},"choices":['
+        ).encode()
         seed = req.seed
         while True:
             events = await req.chan.get()
@@ -386,9 +481,14 @@ def build_app(st: State) -> Starlette:
             for start, n, fin in events:
                 reason = b'"length"' if fin else b"null"
                 if n or fin:
-                    out.append(head + b'{"index":0,"text":"' + token_text(seed, start, n).encode()
-                               + b'","logprobs":null,"finish_reason":' + reason
-                               + b',"matched_stop":null}],"usage":null}\n\n')
+                    out.append(
+                        head
+                        + b'{"index":0,"text":"'
+                        + token_text(seed, start, n).encode()
+                        + b'","logprobs":null,"finish_reason":'
+                        + reason
+                        + b',"matched_stop":null}],"usage":null}\n\n'
+                    )
                 finished = finished or fin
             if finished:
                 out.extend(_stream_end(head, req, include_usage, details=False))
@@ -401,11 +501,17 @@ def build_app(st: State) -> Starlette:
         meta: dict[str, Any] = {
             "id": req.rid,
             "finish_reason": {"type": "length", "length": req.max_tokens} if final else None,
-            "prompt_tokens": req.prompt_tokens, "weight_version": "default", "num_retractions": 0,
-            "forward_entry_time": req.received, "prefill_finished_time": req.first_token_at or req.received,
+            "prompt_tokens": req.prompt_tokens,
+            "weight_version": "default",
+            "num_retractions": 0,
+            "forward_entry_time": req.received,
+            "prefill_finished_time": req.first_token_at or req.received,
             "queue_time": max(0.0, (req.first_token_at or req.received) - req.received),
-            "reasoning_tokens": 0, "completion_tokens": req.produced, "cached_tokens": 0,
-            "cached_tokens_details": {"device": 0, "host": 0}, "dp_rank": None,
+            "reasoning_tokens": 0,
+            "completion_tokens": req.produced,
+            "cached_tokens": 0,
+            "cached_tokens_details": {"device": 0, "host": 0},
+            "dp_rank": None,
         }
         if final:
             now = time.time()
@@ -419,15 +525,26 @@ def build_app(st: State) -> Starlette:
                 hist = [0] * (eng.depth + 1)
                 for n in req.hist:
                     hist[min(n - 1, eng.depth)] += 1
-                meta.update(spec_accept_rate=(correct / proposed) if proposed else 0.0, spec_accept_length=acc,
-                            spec_num_correct_drafts=correct, spec_num_proposed_drafts=proposed,
-                            spec_verify_ct=ct, spec_accepted_drafts=correct, spec_proposed_drafts=proposed,
-                            spec_correct_drafts_histogram=hist, spec_accept_histogram=hist)
-            meta.update(request_received_ts=req.received, api_server_dispatch_finish_ts=req.received,
-                        request_finished_ts=req.finished_at or now,
-                        decode_throughput=(req.produced / max(1e-9, (req.finished_at or now) - req.first_token_at))
-                        if req.first_token_at else 0.0,
-                        response_sent_to_client_ts=now)
+                meta.update(
+                    spec_accept_rate=(correct / proposed) if proposed else 0.0,
+                    spec_accept_length=acc,
+                    spec_num_correct_drafts=correct,
+                    spec_num_proposed_drafts=proposed,
+                    spec_verify_ct=ct,
+                    spec_accepted_drafts=correct,
+                    spec_proposed_drafts=proposed,
+                    spec_correct_drafts_histogram=hist,
+                    spec_accept_histogram=hist,
+                )
+            meta.update(
+                request_received_ts=req.received,
+                api_server_dispatch_finish_ts=req.received,
+                request_finished_ts=req.finished_at or now,
+                decode_throughput=(req.produced / max(1e-9, (req.finished_at or now) - req.first_token_at))
+                if req.first_token_at
+                else 0.0,
+                response_sent_to_client_ts=now,
+            )
         return meta
 
     async def generate(request: HTTPRequest) -> Response:
@@ -455,21 +572,31 @@ def build_app(st: State) -> Starlette:
             prompt_tokens = max(1, count_tokens(text))
         req = _submit(body, text, max_tokens, prompt_tokens)
         if body.get("stream"):
+
             async def gen() -> AsyncIterator[bytes]:
                 while True:
                     events = await req.chan.get()
                     fin = events[-1][2]
-                    payload = {"text": token_text(req.seed, 0, req.produced),
-                               "output_ids": token_ids(req.seed, 0, req.produced), "meta_info": _meta(req, fin)}
+                    payload = {
+                        "text": token_text(req.seed, 0, req.produced),
+                        "output_ids": token_ids(req.seed, 0, req.produced),
+                        "meta_info": _meta(req, fin),
+                    }
                     chunk = b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
                     if fin:
                         yield chunk + b"data: [DONE]\n\n"
                         return
                     yield chunk
+
             return StreamingResponse(_guard(gen(), req), media_type=SSE_MEDIA)
         await _wait_done(req)
-        return JSONResponse({"text": token_text(req.seed, 0, req.produced),
-                             "output_ids": token_ids(req.seed, 0, req.produced), "meta_info": _meta(req, True)})
+        return JSONResponse(
+            {
+                "text": token_text(req.seed, 0, req.produced),
+                "output_ids": token_ids(req.seed, 0, req.produced),
+                "meta_info": _meta(req, True),
+            }
+        )
 
     async def not_found(request: HTTPRequest, exc: Exception) -> Response:
         return JSONResponse({"detail": "Not Found"}, status_code=404)
@@ -519,8 +646,7 @@ class VaryOrigin:
 
 def render_metrics(st: State) -> str:
     eng = st.engine
-    labels = (f'engine_type="unified",model_name={json.dumps(st.model_path)},moe_ep_rank="0",pp_rank="0",'
-              f'tp_rank="0"')
+    labels = f'engine_type="unified",model_name={json.dumps(st.model_path)},moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     acc = eng.avg_accept_length if eng.spec else 0.0
     draft = eng.triple[2] if eng.spec else 0
     values = {

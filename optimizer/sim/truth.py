@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .model import load_profile
 
@@ -16,8 +17,9 @@ def _cand_parts(c: Any) -> tuple[dict[str, Any], dict[str, str]]:
     return dict(c.flags), dict(c.env)
 
 
-def ground_truth(profile_name: str, candidates: Iterable[Any], concurrency: int = 1,
-                 categories: Mapping[str, float] | None = None) -> dict:
+def ground_truth(
+    profile_name: str, candidates: Iterable[Any], concurrency: int = 1, categories: Mapping[str, float] | None = None
+) -> dict:
     """Evaluate every candidate (``Candidate`` objects or ``{"flags":..., "env":...}`` mappings)."""
     prof = load_profile(profile_name)
     configs = []
@@ -41,13 +43,19 @@ def ground_truth(profile_name: str, candidates: Iterable[Any], concurrency: int 
         configs.append(row)
         if ev.ok and (best is None or ev.tok_per_s > best["tok_per_s"]):
             best = row
-    return {"profile": profile_name, "concurrency": concurrency,
-            "categories": dict(categories or prof.default_categories), "configs": configs, "best": best}
+    return {
+        "profile": profile_name,
+        "concurrency": concurrency,
+        "categories": dict(categories or prof.default_categories),
+        "configs": configs,
+        "best": best,
+    }
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m optimizer.sim truth",
-                                 description="Expected tok/s of every configuration of a search space.")
+    ap = argparse.ArgumentParser(
+        prog="python -m optimizer.sim truth", description="Expected tok/s of every configuration of a search space."
+    )
     ap.add_argument("--profile", required=True)
     ap.add_argument("--space", required=True, help="search-space YAML (optimizer.space format)")
     ap.add_argument("--concurrency", type=int, default=1)

@@ -27,12 +27,43 @@ parameters:
 """
 
 
-def optimize_argv(studies: Path, study: str, space: Path, trials: int, *, executor: str = "thread",
-                  extra: list[str] | None = None) -> list[str]:
-    return [sys.executable, "-m", "optimizer", "optimize", "--study", study, "--studies-dir", str(studies),
-            "--space", str(space), "--trials", str(trials), "--executor", executor, "--profile", KIMI,
-            "--time-scale", "0.002", "--step-scale", "0.1", "--boot-timeout", "20", "--max-tokens", "24",
-            "--chunks", "2", "--requests-per-chunk", "2", "--plain", "--seed", "0", *(extra or [])]
+def optimize_argv(
+    studies: Path, study: str, space: Path, trials: int, *, executor: str = "thread", extra: list[str] | None = None
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "optimizer",
+        "optimize",
+        "--study",
+        study,
+        "--studies-dir",
+        str(studies),
+        "--space",
+        str(space),
+        "--trials",
+        str(trials),
+        "--executor",
+        executor,
+        "--profile",
+        KIMI,
+        "--time-scale",
+        "0.002",
+        "--step-scale",
+        "0.1",
+        "--boot-timeout",
+        "20",
+        "--max-tokens",
+        "24",
+        "--chunks",
+        "2",
+        "--requests-per-chunk",
+        "2",
+        "--plain",
+        "--seed",
+        "0",
+        *(extra or []),
+    ]
 
 
 class Run:
@@ -43,8 +74,15 @@ class Run:
         self.fh = open(log, "wb")
         full = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "0", **(env or {})}
         self.t0 = time.monotonic()
-        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self.fh, stderr=subprocess.STDOUT, env=full,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=self.fh,
+            stderr=subprocess.STDOUT,
+            env=full,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def text(self) -> str:
         try:
@@ -97,7 +135,7 @@ def children_of(pid: int) -> list[int]:
                 stat = Path(f"/proc/{name}/stat").read_text()
             except OSError:
                 continue
-            parents[int(name)] = int(stat[stat.rfind(")") + 2:].split()[1])
+            parents[int(name)] = int(stat[stat.rfind(")") + 2 :].split()[1])
     out, todo = [], [pid]
     while todo:
         p = todo.pop()

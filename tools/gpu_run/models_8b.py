@@ -5,6 +5,7 @@ These are the dimensions CALIBRATION.md's "8B-sized Llama on 1x H200" measuremen
 
     python3 tools/gpu_run/models_8b.py --root /tmp/models --tokenizer /tmp/site/_offline_assets/smollm2-tokenizer
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,15 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "offline_bundle"))
 import models  # noqa: E402  (tools/offline_bundle/models.py)
 
-DIMS = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-        "head_dim": 128, "rope_theta": 500000.0, "tie_word_embeddings": False}
+DIMS = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+}
 
 
 def main() -> int:

@@ -18,6 +18,7 @@ Usage:
   python3 models.py write --root /tmp/models --tokenizer /tmp/site/_offline_assets/smollm2-tokenizer
   python3 models.py tokenizer --gguf SmolLM2-135M-Instruct.Q4_1.gguf --out DIR
 """
+
 from __future__ import annotations
 
 import argparse
@@ -148,8 +149,10 @@ def convert_tokenizer(gguf_path: str, out: str) -> None:
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
     if hasattr(ids, "input_ids") or isinstance(ids, dict):
         ids = ids["input_ids"]
-    print(f"tokenizer: {n} tokens, bos={tok.bos_token!r} eos={tok.eos_token!r} pad={tok.pad_token!r}, "
-          f"chat prompt for 'Say hello in five words.' = {len(ids)} tokens; files: {sorted(os.listdir(out))}")
+    print(
+        f"tokenizer: {n} tokens, bos={tok.bos_token!r} eos={tok.eos_token!r} pad={tok.pad_token!r}, "
+        f"chat prompt for 'Say hello in five words.' = {len(ids)} tokens; files: {sorted(os.listdir(out))}"
+    )
     if n != VOCAB:
         print(f"WARNING: tokenizer has {n} tokens, config vocab_size is {VOCAB}", file=sys.stderr)
 
@@ -159,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("write", help="write the target and draft model dirs (stdlib only)")
     w.add_argument("--root", default="/tmp/models")
-    w.add_argument("--tokenizer", default=os.environ.get("SMOLLM2_TOKENIZER_DIR"),
-                   help="dir with tokenizer.json etc. (the bundle has it at <site>/_offline_assets/smollm2-tokenizer)")
+    w.add_argument(
+        "--tokenizer",
+        default=os.environ.get("SMOLLM2_TOKENIZER_DIR"),
+        help="dir with tokenizer.json etc. (the bundle has it at <site>/_offline_assets/smollm2-tokenizer)",
+    )
     t = sub.add_parser("tokenizer", help="convert the GGUF tokenizer (needs transformers 5.12.1 + gguf)")
     t.add_argument("--gguf", required=True)
     t.add_argument("--out", required=True)

@@ -13,6 +13,7 @@ backend it changes nothing: TritonAttnBackend is already in the list.
 
 Usage: python3 patch_eagle_dsa_import.py SITE_DIR     (idempotent; exit 0 when patched or already patched)
 """
+
 from __future__ import annotations
 
 import os
@@ -40,9 +41,13 @@ def patch_source(src: str) -> str:
         def repl(m: re.Match) -> str:
             ind = m.group("ind")
             body = m.group(0)
-            body = "\n".join((ind + "    " + ln[len(ind):]) if ln.strip() else ln for ln in body.rstrip("\n").split("\n"))
-            return (f"{ind}try:\n{body}\n{ind}except Exception as _e:  # {MARK}: trimmed install (ImportError, or OSError from a .so)\n"
-                    f"{ind}    logger.warning(\"{MARK}: skipped {mod} import: %s\", _e)\n")
+            body = "\n".join(
+                (ind + "    " + ln[len(ind) :]) if ln.strip() else ln for ln in body.rstrip("\n").split("\n")
+            )
+            return (
+                f"{ind}try:\n{body}\n{ind}except Exception as _e:  # {MARK}: trimmed install (ImportError, or OSError from a .so)\n"
+                f'{ind}    logger.warning("{MARK}: skipped {mod} import: %s", _e)\n'
+            )
 
         src, n = pat.subn(repl, src)
         n_total += n

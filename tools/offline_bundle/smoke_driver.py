@@ -5,6 +5,7 @@ chat request, SIGTERM the process group, and print timings. Stdlib only; called 
 Writes <out>/server.log (every server line, prefixed with seconds since launch) and
 <out>/smoke_summary.json (phases, readiness, request throughput, accept length, shutdown).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,7 +13,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,20 +35,56 @@ PHASES = [  # first log line containing each pattern (sglang 0.5.17 wording)
     ("uvicorn_running", "Uvicorn running"),
     ("ready_line", READY_LINE),
 ]
-FATAL = ("Scheduler hit an exception", "Received sigquit from a child process", "CUDA out of memory",
-         "Not enough memory", "address already in use")
+FATAL = (
+    "Scheduler hit an exception",
+    "Received sigquit from a child process",
+    "CUDA out of memory",
+    "Not enough memory",
+    "address already in use",
+)
 
 
 def server_command(a) -> list[str]:
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", a.model, "--load-format", "dummy",
-           "--attention-backend", "triton", "--sampling-backend", "pytorch", "--grammar-backend", "none",
-           "--mem-fraction-static", str(a.mem_fraction), "--cuda-graph-max-bs", str(a.cuda_graph_max_bs),
-           "--host", "127.0.0.1", "--port", str(a.port), "--enable-metrics"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        a.model,
+        "--load-format",
+        "dummy",
+        "--attention-backend",
+        "triton",
+        "--sampling-backend",
+        "pytorch",
+        "--grammar-backend",
+        "none",
+        "--mem-fraction-static",
+        str(a.mem_fraction),
+        "--cuda-graph-max-bs",
+        str(a.cuda_graph_max_bs),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(a.port),
+        "--enable-metrics",
+    ]
     if a.eagle:
         steps, topk, ndraft = (int(x) for x in a.eagle.split(","))
-        cmd += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", a.draft,
-                "--speculative-draft-load-format", "dummy", "--speculative-num-steps", str(steps),
-                "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(ndraft)]
+        cmd += [
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            a.draft,
+            "--speculative-draft-load-format",
+            "dummy",
+            "--speculative-num-steps",
+            str(steps),
+            "--speculative-eagle-topk",
+            str(topk),
+            "--speculative-num-draft-tokens",
+            str(ndraft),
+        ]
     return cmd
 
 
@@ -83,14 +119,19 @@ def main() -> int:
     if a.eagle and a.acc_len:
         env["SGLANG_SIMULATE_ACC_LEN"] = a.acc_len
     cmd = server_command(a)
-    summ: dict = {"cmd": cmd, "env_added": {k: env[k] for k in ("SGLANG_SIMULATE_ACC_LEN", "HF_HUB_OFFLINE",
-                                                                 "TRANSFORMERS_OFFLINE") if k in env}}
+    summ: dict = {
+        "cmd": cmd,
+        "env_added": {
+            k: env[k] for k in ("SGLANG_SIMULATE_ACC_LEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE") if k in env
+        },
+    }
     log_path = os.path.join(a.out, "server.log")
     logf = open(log_path, "w")
     lines: list[tuple[float, str]] = []
     t0 = time.time()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                         start_new_session=True, cwd="/tmp")
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd="/tmp"
+    )
     print(f"[smoke] launched pid {p.pid}: {' '.join(cmd)}", flush=True)
 
     def reader():
@@ -100,6 +141,7 @@ def main() -> int:
             lines.append((t, txt))
             logf.write(f"{t:9.3f} {txt}\n")
             logf.flush()
+
     th = threading.Thread(target=reader, daemon=True)
     th.start()
     try:
@@ -112,7 +154,6 @@ def main() -> int:
 
 
 def _drive(a, p, t0, lines, logf, summ) -> int:
-    th = None
 
     first_503 = first_200 = None
     fatal = None
@@ -137,7 +178,7 @@ def _drive(a, p, t0, lines, logf, summ) -> int:
                 first_503 = first_503 or time.time() - t0
             else:
                 polls["other"] += 1
-        except (ConnectionRefusedError, socket.timeout, OSError):
+        except (TimeoutError, ConnectionRefusedError, OSError):
             polls["refused"] += 1
         time.sleep(0.5)
     summ["first_503_s"] = round(first_503, 2) if first_503 else None
@@ -151,16 +192,22 @@ def _drive(a, p, t0, lines, logf, summ) -> int:
             if pat is None or pat in txt:
                 phases[key] = round(t, 2)
                 break
-    graph_lines = [txt[txt.find("Capture"):][:160] for _, txt in lines if "CUDA graph end" in txt]
+    graph_lines = [txt[txt.find("Capture") :][:160] for _, txt in lines if "CUDA graph end" in txt]
     summ["phases_s"] = phases
     summ["capture_lines"] = graph_lines
     summ["local_patch_lines"] = [txt[:200] for _, txt in lines if "LOCAL PATCH" in txt]
 
     if first_200:
         # One streamed chat request: 256 tokens, greedy, ignore_eos, with usage.
-        body = {"model": a.model, "messages": [{"role": "user", "content": "Say hello in five words."}],
-                "max_tokens": a.max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-                "stream_options": {"include_usage": True}}
+        body = {
+            "model": a.model,
+            "messages": [{"role": "user", "content": "Say hello in five words."}],
+            "max_tokens": a.max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         t_req = time.time()
         ttft = None
         chunks = 0
@@ -188,9 +235,13 @@ def _drive(a, p, t0, lines, logf, summ) -> int:
         total = time.time() - t_req
         ntok = (usage or {}).get("completion_tokens")
         summ["request"] = {
-            "status": status, "total_s": round(total, 3), "ttft_s": round(ttft, 4) if ttft else None,
-            "completion_tokens": ntok, "prompt_tokens": (usage or {}).get("prompt_tokens"),
-            "content_chunks": chunks, "tok_per_s": round(ntok / total, 1) if ntok else None,
+            "status": status,
+            "total_s": round(total, 3),
+            "ttft_s": round(ttft, 4) if ttft else None,
+            "completion_tokens": ntok,
+            "prompt_tokens": (usage or {}).get("prompt_tokens"),
+            "content_chunks": chunks,
+            "tok_per_s": round(ntok / total, 1) if ntok else None,
             "decode_tok_per_s": round((ntok - 1) / (total - ttft), 1) if ntok and ttft else None,
             "text_head": "".join(text)[:80],
         }
@@ -198,10 +249,12 @@ def _drive(a, p, t0, lines, logf, summ) -> int:
             st, data = _req("GET", a.port, "/get_server_info", timeout=30)
             info = json.loads(data)
             ist = (info.get("internal_states") or [{}])[0]
-            summ["server_info"] = {"version": info.get("version"),
-                                   "avg_spec_accept_length": ist.get("avg_spec_accept_length"),
-                                   "last_gen_throughput": ist.get("last_gen_throughput"),
-                                   "startup_time": info.get("startup_time")}
+            summ["server_info"] = {
+                "version": info.get("version"),
+                "avg_spec_accept_length": ist.get("avg_spec_accept_length"),
+                "last_gen_throughput": ist.get("last_gen_throughput"),
+                "startup_time": info.get("startup_time"),
+            }
         except Exception as e:  # noqa: BLE001
             summ["server_info"] = f"error {type(e).__name__}: {e}"
         print(f"[smoke] request: {json.dumps(summ['request'])}", flush=True)
@@ -231,17 +284,40 @@ def _drive(a, p, t0, lines, logf, summ) -> int:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    summ["stop"] = {"main_rc": p.returncode, "main_exit_s": round(main_exit, 2),
-                    "group_empty_s": round(grp_empty, 2) if grp_empty else None}
+    summ["stop"] = {
+        "main_rc": p.returncode,
+        "main_exit_s": round(main_exit, 2),
+        "group_empty_s": round(grp_empty, 2) if grp_empty else None,
+    }
     time.sleep(0.5)
     logf.close()
-    summ["ok"] = bool(first_200 and isinstance(summ.get("request", {}).get("status"), int)
-                      and summ["request"]["status"] == 200 and summ["request"].get("completion_tokens"))
+    summ["ok"] = bool(
+        first_200
+        and isinstance(summ.get("request", {}).get("status"), int)
+        and summ["request"]["status"] == 200
+        and summ["request"].get("completion_tokens")
+    )
     with open(os.path.join(a.out, "smoke_summary.json"), "w") as f:
         json.dump(summ, f, indent=1)
-    print("[smoke] summary: " + json.dumps({k: summ.get(k) for k in (
-        "ok", "first_health_200_s", "phases_s", "request", "server_info", "stop", "fatal", "local_patch_lines")}),
-        flush=True)
+    print(
+        "[smoke] summary: "
+        + json.dumps(
+            {
+                k: summ.get(k)
+                for k in (
+                    "ok",
+                    "first_health_200_s",
+                    "phases_s",
+                    "request",
+                    "server_info",
+                    "stop",
+                    "fatal",
+                    "local_patch_lines",
+                )
+            }
+        ),
+        flush=True,
+    )
     if not summ["ok"]:
         print("[smoke] last server lines:", flush=True)
         for _, txt in lines[-40:]:

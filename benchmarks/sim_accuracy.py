@@ -31,10 +31,18 @@ from optimizer.sim.model import load_profile  # noqa: E402
 EAGLE = "EAGLE3"
 CONFIGS = [
     ("kimi-k2.5-8x-rtxpro6000", "baseline", {}, {}),
-    ("kimi-k2.5-8x-rtxpro6000", "eagle3 2/1/3 LL/Ring",
-     {"speculative-algorithm": EAGLE, "speculative-num-steps": 2, "speculative-eagle-topk": 1,
-      "speculative-num-draft-tokens": 3, "max-running-requests": 64},
-     {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}),
+    (
+        "kimi-k2.5-8x-rtxpro6000",
+        "eagle3 2/1/3 LL/Ring",
+        {
+            "speculative-algorithm": EAGLE,
+            "speculative-num-steps": 2,
+            "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": 3,
+            "max-running-requests": 64,
+        },
+        {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"},
+    ),
     ("glm-4.7-flash-h200", "eagle3 auto (3/1/4)", {"speculative-algorithm": EAGLE, "max-running-requests": 64}, {}),
     ("llama-3.1-8b-h100", "eagle3 auto (5/4/8)", {"speculative-algorithm": EAGLE, "max-running-requests": 64}, {}),
 ]
@@ -55,8 +63,15 @@ def argv_of(flags: dict) -> list[str]:
 
 
 async def run_client(base: str, concurrency: int, seconds: float, max_tokens: int) -> tuple[float, int]:
-    body = {"model": "x", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens,
-            "temperature": 0, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": "x",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     tokens = 0
     # count the tokens whose chunks arrive inside [t_start, t_end); each request's chunk tokens must add up to
     # its usage.completion_tokens (checked).
@@ -67,6 +82,7 @@ async def run_client(base: str, concurrency: int, seconds: float, max_tokens: in
     t_start = time.monotonic() + warm
     t_end = t_start + seconds
     try:
+
         async def worker(client: httpx.AsyncClient) -> None:
             nonlocal tokens
             while time.monotonic() < t_end:
@@ -88,7 +104,7 @@ async def run_client(base: str, concurrency: int, seconds: float, max_tokens: in
                                 continue
                             i = ev.find(b',"content":"')
                             if i >= 0:
-                                text = ev[i + 12: ev.index(b'"', i + 12)]
+                                text = ev[i + 12 : ev.index(b'"', i + 12)]
                                 if text:
                                     arrivals.append(now)
                                     n_chunks_tokens.append(text.count(b" "))
@@ -118,10 +134,26 @@ def main() -> int:
         full = dict(flags)
         if "speculative-algorithm" in full:
             full["speculative-draft-model-path"] = prof.draft_model_path
-        cmd = [sys.executable, "-m", "optimizer.sim", "--sim-profile", profile, "--sim-time-scale", "0.001",
-               "--port", str(port), *argv_of(full)]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            "optimizer.sim",
+            "--sim-profile",
+            profile,
+            "--sim-time-scale",
+            "0.001",
+            "--port",
+            str(port),
+            *argv_of(full),
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             base = f"http://127.0.0.1:{port}"
             deadline = time.time() + 30
@@ -137,8 +169,11 @@ def main() -> int:
                 measured, _ = asyncio.run(run_client(base, conc, args.seconds, args.max_tokens))
                 err = (measured - truth) / truth * 100
                 rows.append((profile, label, conc, truth, measured, err))
-                print(f"{profile:26s} {label:24s} c={conc:<3d} truth {truth:9.1f}  measured {measured:9.1f}  "
-                      f"error {err:+6.2f}%", flush=True)
+                print(
+                    f"{profile:26s} {label:24s} c={conc:<3d} truth {truth:9.1f}  measured {measured:9.1f}  "
+                    f"error {err:+6.2f}%",
+                    flush=True,
+                )
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()

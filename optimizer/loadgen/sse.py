@@ -52,8 +52,7 @@ class SSEStream:
 
     @staticmethod
     def _payload(ev: bytes) -> bytes | None:
-        lines = [ln[5:].lstrip(b" ") if ln[:5] == b"data:" else None
-                 for ln in ev.split(b"\n") if ln and ln[:1] != b":"]
+        lines = [ln[5:].lstrip(b" ") if ln[:5] == b"data:" else None for ln in ev.split(b"\n") if ln and ln[:1] != b":"]
         data = [ln for ln in lines if ln is not None]
         return b"\n".join(data) if data else None
 
@@ -71,7 +70,7 @@ class SSEStream:
             return self._slow(payload, t)
         for key in self._keys:
             i = payload.find(key)
-            if i >= 0 and payload[i + len(key):i + len(key) + 1] != b'"':
+            if i >= 0 and payload[i + len(key) : i + len(key) + 1] != b'"':
                 self.arrivals.append(t)
                 return True
         if b'": ' in payload:  # spaced JSON from another server: the byte search above cannot see it

@@ -14,15 +14,15 @@ import asyncio
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import httpx
 
-from optimizer.bench.sse import SSEStream
-from optimizer.bench.stats import distribute_itl, summary
-from optimizer.bench.workload import Prompt, Workload, chunk_plan, load_prompts
+from optimizer.loadgen.sse import SSEStream
+from optimizer.loadgen.stats import distribute_itl, summary
+from optimizer.loadgen.workload import Prompt, Workload, chunk_plan, load_prompts
 
 _perf = time.perf_counter
 
@@ -80,8 +80,13 @@ class BenchResult:
         for name in ("ttft_ms", "itl_ms", "e2e_ms"):
             for stat, v in getattr(self, name).items():
                 m[f"{name}_{stat}"] = v
-        m.update(accept_length=self.accept_length, tokens_per_chunk=self.tokens_per_chunk,
-                 completed=self.completed, failed=self.failed, chunks_run=len(self.chunks))
+        m.update(
+            accept_length=self.accept_length,
+            tokens_per_chunk=self.tokens_per_chunk,
+            completed=self.completed,
+            failed=self.failed,
+            chunks_run=len(self.chunks),
+        )
         return m
 
 
@@ -103,8 +108,19 @@ async def _drain(chunks) -> None:
 def _failed(p: Prompt, error: str, t0: float, stream: SSEStream | None = None) -> RequestRecord:
     t1 = _perf()
     ttft = (stream.arrivals[0] - t0) * 1e3 if stream is not None and stream.arrivals else None
-    return RequestRecord(False, error, p.category, 0, 0, ttft, [], (t1 - t0) * 1e3,
-                         len(stream.arrivals) if stream is not None else 0, t0, t1)
+    return RequestRecord(
+        False,
+        error,
+        p.category,
+        0,
+        0,
+        ttft,
+        [],
+        (t1 - t0) * 1e3,
+        len(stream.arrivals) if stream is not None else 0,
+        t0,
+        t1,
+    )
 
 
 def _snippet(body: bytes) -> str:
@@ -199,8 +215,14 @@ class _Runner:
 
     # ---- requests -----------------------------------------------------------------------------------------
     def body(self, p: Prompt) -> bytes:
-        b = {"model": self.model, "max_tokens": self.w.max_tokens, "temperature": self.w.temperature,
-             "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": self.w.ignore_eos}
+        b = {
+            "model": self.model,
+            "max_tokens": self.w.max_tokens,
+            "temperature": self.w.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "ignore_eos": self.w.ignore_eos,
+        }
         if self.w.endpoint == "chat":
             b["messages"] = p.as_messages()
         else:
@@ -216,8 +238,9 @@ class _Runner:
         self.inflight[key] = st
         stream: SSEStream | None = None
         try:
-            async with self.client.stream("POST", self.base + self.path, content=body,
-                                          headers={"content-type": "application/json"}) as resp:
+            async with self.client.stream(
+                "POST", self.base + self.path, content=body, headers={"content-type": "application/json"}
+            ) as resp:
                 st.last = _perf()
                 if resp.status_code != 200:
                     raw = await resp.aread()
@@ -269,9 +292,19 @@ class _Runner:
         if not isinstance(ctoks, int):
             ctoks = len(arr)  # a server that ignores include_usage: one token per chunk is a lower bound
         ptoks = usage.get("prompt_tokens")
-        return RequestRecord(True, "", p.category, ptoks if isinstance(ptoks, int) else 0, ctoks,
-                             (arr[0] - t0) * 1e3 if arr else None, distribute_itl(arr, ctoks),
-                             (t1 - t0) * 1e3, len(arr), t0, t1)
+        return RequestRecord(
+            True,
+            "",
+            p.category,
+            ptoks if isinstance(ptoks, int) else 0,
+            ctoks,
+            (arr[0] - t0) * 1e3 if arr else None,
+            distribute_itl(arr, ctoks),
+            (t1 - t0) * 1e3,
+            len(arr),
+            t0,
+            t1,
+        )
 
     async def watchdog(self) -> None:
         w = self.w
@@ -318,8 +351,9 @@ def _chunk_result(index: int, records: list[RequestRecord], wall_s: float) -> Ch
     return ChunkResult(index, toks / wall, len(ok) / wall, len(ok), len(records) - len(ok), wall_s, records)
 
 
-def _summarise(chunks: list[ChunkResult], accept: float | None, stopped: bool, cancelled: bool,
-               model: str, warmup_failed: int) -> BenchResult:
+def _summarise(
+    chunks: list[ChunkResult], accept: float | None, stopped: bool, cancelled: bool, model: str, warmup_failed: int
+) -> BenchResult:
     recs = [r for c in chunks for r in c.records]
     ok = [r for r in recs if r.ok]
     wall = sum(c.wall_s for c in chunks)
@@ -337,8 +371,15 @@ def _summarise(chunks: list[ChunkResult], accept: float | None, stopped: bool, c
         e2e_ms=summary([r.e2e_ms for r in ok]),
         accept_length=accept,
         tokens_per_chunk=toks / content if content else None,
-        completed=len(ok), failed=len(recs) - len(ok), failure_reasons=reasons, chunks=chunks,
-        stopped_early=stopped, cancelled=cancelled, model=model, warmup_failed=warmup_failed)
+        completed=len(ok),
+        failed=len(recs) - len(ok),
+        failure_reasons=reasons,
+        chunks=chunks,
+        stopped_early=stopped,
+        cancelled=cancelled,
+        model=model,
+        warmup_failed=warmup_failed,
+    )
 
 
 async def _run(base_url: str, w: Workload, model: str | None, on_chunk, cancel, prompts: list[Prompt]) -> BenchResult:
@@ -380,9 +421,15 @@ async def _run(base_url: str, w: Workload, model: str | None, on_chunk, cancel, 
     return _summarise(chunks, accept, stopped, runner.cancelled, runner.model or "", warmup_failed)
 
 
-def run_benchmark(base_url: str, workload: Workload, *, model: str | None = None,
-                  on_chunk: Callable[[ChunkResult], bool] | None = None,
-                  cancel: threading.Event | None = None, prompts_base_dir: Path | None = None) -> BenchResult:
+def run_benchmark(
+    base_url: str,
+    workload: Workload,
+    *,
+    model: str | None = None,
+    on_chunk: Callable[[ChunkResult], bool] | None = None,
+    cancel: threading.Event | None = None,
+    prompts_base_dir: Path | None = None,
+) -> BenchResult:
     """Run the workload against an OpenAI-compatible server and return the measured result.
 
     Synchronous: runs its own event loop, so call it from a worker thread, not from inside a running loop.

@@ -1,8 +1,8 @@
 """`make bench`: the efficiency benchmark. Prints a table and writes studies/bench/results.json.
 
-    python -m bench.run                 # everything (about 15 minutes on 2 cores)
-    python -m bench.run --seeds 5       # fewer seeds for the strategy comparison
-    python -m bench.run --only strategies,loop
+python -m benchmarks.run                 # everything (about 15 minutes on 2 cores)
+python -m benchmarks.run --seeds 5       # fewer seeds for the strategy comparison
+python -m benchmarks.run --only strategies,loop
 """
 
 from __future__ import annotations
@@ -29,17 +29,19 @@ def log(msg: str) -> None:
 
 
 def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
-    from bench.strategies import compare
+    from benchmarks.strategies import compare
 
     return compare(seeds=args.seeds, log=log)
 
 
 def section_loop(work: Path) -> dict[str, Any]:
-    from bench.loop import crash_overhead, orchestration_overhead, readiness_overhead
+    from benchmarks.loop import crash_overhead, orchestration_overhead, readiness_overhead
 
     out = {"readiness": readiness_overhead(work), "crash": crash_overhead(work)}
-    log(f"  readiness noticed {out['readiness']['mean_s']:.3f} s after /health turned 200 "
-        f"(max {out['readiness']['max_s']:.3f})")
+    log(
+        f"  readiness noticed {out['readiness']['mean_s']:.3f} s after /health turned 200 "
+        f"(max {out['readiness']['max_s']:.3f})"
+    )
     log(f"  crash noticed {out['crash']['mean_s']:.3f} s after the fatal line (max {out['crash']['max_s']:.3f})")
     out["orchestration"] = orchestration_overhead(work)
     log(f"  orchestration {out['orchestration']['per_trial_s']:.2f} s per trial")
@@ -47,13 +49,15 @@ def section_loop(work: Path) -> dict[str, Any]:
 
 
 def section_hosts(work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from bench.loop import trials_per_hour
-    from bench.strategies import space_for, truth, run_driver
+    from benchmarks.loop import trials_per_hour
+    from benchmarks.strategies import run_driver, space_for, truth
 
     measured = trials_per_hour(work)
     for n, v in measured.items():
-        log(f"  {n} host(s): {v['trials_per_hour']:.0f} trials/h measured on time-scaled simulators "
-            f"(x{v['speedup']:.2f})")
+        log(
+            f"  {n} host(s): {v['trials_per_hour']:.0f} trials/h measured on time-scaled simulators "
+            f"(x{v['speedup']:.2f})"
+        )
     # With real boot times (Kimi profile, 10-15 min restarts): the same driver on the model's clock.
     prof = "kimi-k2.5-8x-rtxpro6000"
     space = space_for(prof)
@@ -65,13 +69,20 @@ def section_hosts(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     for v in model.values():
         v["speedup"] = v["trials_per_hour"] / model["1"]["trials_per_hour"]
     for n, v in model.items():
-        log(f"  {n} host(s): {v['trials_per_hour']:.2f} trials/h at the profile's real boot times (x{v['speedup']:.2f})")
+        log(
+            f"  {n} host(s): {v['trials_per_hour']:.2f} trials/h at the profile's real boot times (x{v['speedup']:.2f})"
+        )
     return {"measured": measured, "model_clock": model}
 
 
 def section_client() -> dict[str, Any]:
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "client_ceiling.py"), "--json"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "client_ceiling.py"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
     data = json.loads(line[-1]) if line else {"error": res.stderr[-2000:]}
     log(f"  client ceiling: {json.dumps(data)[:300]}")
@@ -79,8 +90,13 @@ def section_client() -> dict[str, Any]:
 
 
 def section_accuracy(args: argparse.Namespace) -> dict[str, Any]:
-    res = subprocess.run([sys.executable, str(ROOT / "bench" / "sim_accuracy.py"), "--seconds",
-                          str(args.accuracy_seconds)], capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "sim_accuracy.py"), "--seconds", str(args.accuracy_seconds)],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=ROOT,
+    )
     rows = [ln for ln in res.stdout.splitlines() if "truth" in ln or "worst" in ln]
     for ln in rows:
         log("  " + ln)
@@ -89,8 +105,8 @@ def section_accuracy(args: argparse.Namespace) -> dict[str, Any]:
 
 def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """A smaller run through real simulator processes, checked against the in-process model run."""
-    from bench.loop import run_study
-    from bench.strategies import make_pruner, make_sampler, truth
+    from benchmarks.loop import run_study
+    from benchmarks.strategies import make_pruner, make_sampler, truth
     from optimizer.space import load_space
 
     prof = "llama-3.1-8b-h100"
@@ -98,29 +114,46 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     workload = {"max_tokens": 64, "chunks": 4, "requests_per_chunk": 2, "warmup_requests": 1}
     out = []
     import optuna
-    from optimizer.simexec import ModelExecutor
+
     from optimizer.hosts.config import local_host
     from optimizer.settings import parse_study
+    from optimizer.simexec import ModelExecutor
     from optimizer.study import Driver, Progress, best_trial
 
     tr = truth(prof, space, 1)
     for seed in range(args.e2e_seeds):
-        real = run_study(work, f"e2e{seed}", 1, args.e2e_trials, executor="thread", profile=prof, seed=seed,
-                         pruner="ratio", workload=workload)
+        real = run_study(
+            work,
+            f"e2e{seed}",
+            1,
+            args.e2e_trials,
+            executor="thread",
+            profile=prof,
+            seed=seed,
+            pruner="ratio",
+            workload=workload,
+        )
         rb = best_trial(real["study"])
-        cfg = parse_study({"study": "m", "budget": {"trials": args.e2e_trials}, "workload": workload,
-                           "sampler": {"seed": seed}}, "bench")
+        cfg = parse_study(
+            {"study": "m", "budget": {"trials": args.e2e_trials}, "workload": workload, "sampler": {"seed": seed}},
+            "bench",
+        )
         study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg), pruner=make_pruner("ratio"))
         ex = ModelExecutor(prof, ["h0"], cfg.workload, seed=seed)
         Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
         mb = best_trial(study)
-        row = {"seed": seed,
-               "real_best_true_frac": tr["values"].get(rb.user_attrs["candidate_key"], 0) / tr["optimum"],
-               "model_best_true_frac": tr["values"].get(mb.user_attrs["candidate_key"], 0) / tr["optimum"],
-               "real_outcomes": _counts(real["study"]), "model_outcomes": _counts(study),
-               "real_wall_s": real["wall_s"]}
-        log(f"  seed {seed}: best found {row['real_best_true_frac']:.1%} of optimum through processes, "
-            f"{row['model_best_true_frac']:.1%} in-process; outcomes {row['real_outcomes']} vs {row['model_outcomes']}")
+        row = {
+            "seed": seed,
+            "real_best_true_frac": tr["values"].get(rb.user_attrs["candidate_key"], 0) / tr["optimum"],
+            "model_best_true_frac": tr["values"].get(mb.user_attrs["candidate_key"], 0) / tr["optimum"],
+            "real_outcomes": _counts(real["study"]),
+            "model_outcomes": _counts(study),
+            "real_wall_s": real["wall_s"],
+        }
+        log(
+            f"  seed {seed}: best found {row['real_best_true_frac']:.1%} of optimum through processes, "
+            f"{row['model_best_true_frac']:.1%} in-process; outcomes {row['real_outcomes']} vs {row['model_outcomes']}"
+        )
         out.append(row)
     return {"profile": prof, "space": "search_spaces/demo.yaml", "trials": args.e2e_trials, "runs": out}
 
@@ -137,16 +170,22 @@ def print_table(results: dict[str, Any]) -> None:
     s = results.get("strategies")
     if s:
         log(f"\nRestarts to 98% of the true optimum (median / p90 over {s['seeds']} seeds; censored at the budget)")
-        log(f"{'profile':28s} {'conc':>4s} {'strategy':10s} {'median':>7s} {'p90':>7s} {'reached':>8s} "
-            f"{'wall h':>7s} {'prune saved':>11s} {'opt pruned':>10s}")
+        log(
+            f"{'profile':28s} {'conc':>4s} {'strategy':10s} {'median':>7s} {'p90':>7s} {'reached':>8s} "
+            f"{'wall h':>7s} {'prune saved':>11s} {'opt pruned':>10s}"
+        )
         for row in s["scenarios"]:
             for name, v in row["strategies"].items():
-                log(f"{row['profile']:28s} {row['concurrency']:4d} {name:10s} {v['restarts_median']:7.1f} "
+                log(
+                    f"{row['profile']:28s} {row['concurrency']:4d} {name:10s} {v['restarts_median']:7.1f} "
                     f"{v['restarts_p90']:7.1f} {v['reached']:>4d}/{s['seeds']:<3d} {v['wall_h_median']:7.1f} "
-                    f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d}")
-            log(f"{'':28s} optimum {row['optimum_tok_per_s']:.1f} tok/s ({row['optimum_config']}), "
+                    f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d}"
+                )
+            log(
+                f"{'':28s} optimum {row['optimum_tok_per_s']:.1f} tok/s ({row['optimum_config']}), "
                 f"baseline {row['baseline_tok_per_s']:.1f}; full grid "
-                f"{row['strategies']['grid'].get('full_grid_wall_h', float('nan')):.0f} h")
+                f"{row['strategies']['grid'].get('full_grid_wall_h', float('nan')):.0f} h"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,8 +217,13 @@ def main(argv: list[str] | None = None) -> int:
         if only & {"loop", "hosts"}:
             import ray
 
-            ray.init(num_cpus=2, resources={f"host:h{i}": 1 for i in range(4)}, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+            ray.init(
+                num_cpus=2,
+                resources={f"host:h{i}": 1 for i in range(4)},
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         for name in SECTIONS:
             if name not in only:
                 continue

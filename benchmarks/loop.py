@@ -21,9 +21,26 @@ KIMI = "kimi-k2.5-8x-rtxpro6000"
 
 
 def sim_argv(port: int, *extra: str, profile: str = KIMI, time_scale: float = 0.002) -> list[str]:
-    return [sys.executable, "-m", "optimizer.sim", "--sim-profile", profile, "--sim-time-scale", str(time_scale),
-            "--model-path", "m", "--tp-size", "8", "--attention-backend", "flashinfer", *extra,
-            "--host", "127.0.0.1", "--port", str(port)]
+    return [
+        sys.executable,
+        "-m",
+        "optimizer.sim",
+        "--sim-profile",
+        profile,
+        "--sim-time-scale",
+        str(time_scale),
+        "--model-path",
+        "m",
+        "--tp-size",
+        "8",
+        "--attention-backend",
+        "flashinfer",
+        *extra,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
 
 
 def readiness_overhead(work: Path, repeats: int = 5, poll_s: float = 0.25) -> dict[str, Any]:
@@ -68,9 +85,19 @@ def crash_overhead(work: Path, repeats: int = 5) -> dict[str, Any]:
         port = host.pick_port()
         log = work / f"crash-{i}.log"
         # A tree too big for the profile's memory: SGLang's 'Not enough memory' at boot.
-        argv = sim_argv(port, "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d",
-                        "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
-                        "--speculative-num-draft-tokens", "16")
+        argv = sim_argv(
+            port,
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            "d",
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "4",
+            "--speculative-num-draft-tokens",
+            "16",
+        )
         server = host.start(argv, {}, log, port)
         seen: list[float] = []
 
@@ -116,26 +143,57 @@ class _Timeline:
             self.phases.setdefault(ev.trial, {}).setdefault(ev.phase, ev.t)
 
 
-def run_study(work: Path, name: str, hosts: int, trials: int, *, executor: str = "thread",
-              profile: str = KIMI, seed: int = 0, pruner: str = "none", workload: dict | None = None,
-              space: str = "search_spaces/demo.yaml", step_scale: float = 1.0) -> dict[str, Any]:
+def run_study(
+    work: Path,
+    name: str,
+    hosts: int,
+    trials: int,
+    *,
+    executor: str = "thread",
+    profile: str = KIMI,
+    seed: int = 0,
+    pruner: str = "none",
+    workload: dict | None = None,
+    space: str = "search_spaces/demo.yaml",
+    step_scale: float = 1.0,
+) -> dict[str, Any]:
     from optimizer.executors import RayExecutor, ThreadExecutor
     from optimizer.hosts.config import local_host
     from optimizer.settings import parse_study
     from optimizer.space import load_space
     from optimizer.study import Driver
 
-    cfg = parse_study({
-        "study": name, "studies_dir": str(work / "studies"), "space": str(ROOT / space),
-        "dedup": True,
-        "server": {"command": ["{python}", "-m", "optimizer.sim", "--sim-profile", profile, "--sim-time-scale",
-                               "0.002", "--sim-step-scale", str(step_scale)], "boot_timeout_s": 20},
-        "workload": workload or {"max_tokens": 32, "chunks": 2, "requests_per_chunk": 2, "warmup_requests": 1},
-        "budget": {"trials": trials}, "sampler": {"seed": seed}, "pruner": {"name": pruner},
-    }, "bench")
+    cfg = parse_study(
+        {
+            "study": name,
+            "studies_dir": str(work / "studies"),
+            "space": str(ROOT / space),
+            "dedup": True,
+            "server": {
+                "command": [
+                    "{python}",
+                    "-m",
+                    "optimizer.sim",
+                    "--sim-profile",
+                    profile,
+                    "--sim-time-scale",
+                    "0.002",
+                    "--sim-step-scale",
+                    str(step_scale),
+                ],
+                "boot_timeout_s": 20,
+            },
+            "workload": workload or {"max_tokens": 32, "chunks": 2, "requests_per_chunk": 2, "warmup_requests": 1},
+            "budget": {"trials": trials},
+            "sampler": {"seed": seed},
+            "pruner": {"name": pruner},
+        },
+        "bench",
+    )
     hs = [local_host(f"h{i}") for i in range(hosts)]
-    ex: Any = (RayExecutor(hs, cfg.study_dir.absolute()) if executor == "ray"
-               else ThreadExecutor(hs, cfg.study_dir.absolute()))
+    ex: Any = (
+        RayExecutor(hs, cfg.study_dir.absolute()) if executor == "ray" else ThreadExecutor(hs, cfg.study_dir.absolute())
+    )
     timeline = _Timeline()
     t0 = time.time()
     try:
@@ -144,23 +202,33 @@ def run_study(work: Path, name: str, hosts: int, trials: int, *, executor: str =
         ex.shutdown()
     wall = time.time() - t0
     launched = [t for t in study.get_trials() if t.user_attrs.get("launched")]
-    return {"wall_s": wall, "launched": len(launched), "study": study, "timeline": timeline.phases,
-            "trials_per_hour": 3600 * len(launched) / wall}
+    return {
+        "wall_s": wall,
+        "launched": len(launched),
+        "study": study,
+        "timeline": timeline.phases,
+        "trials_per_hour": 3600 * len(launched) / wall,
+    }
 
 
 def orchestration_overhead(work: Path, trials: int = 6) -> dict[str, Any]:
     """Per trial: wall time not spent booting, benchmarking or stopping the server (driver, Ray, ask/tell)."""
     r = run_study(work, "overhead", 1, trials, executor="ray")
     study = r["study"]
-    launched = sorted((t for t in study.get_trials() if t.user_attrs.get("launched")),
-                      key=lambda t: t.user_attrs["t_start"])
+    launched = sorted(
+        (t for t in study.get_trials() if t.user_attrs.get("launched")), key=lambda t: t.user_attrs["t_start"]
+    )
     busy = 0.0
     for t in launched:
         busy += t.user_attrs["t_end"] - t.user_attrs["t_start"]  # start -> server stopped (boot+bench+stop)
     idle = r["wall_s"] - busy
-    return {"trials": len(launched), "wall_s": r["wall_s"], "per_trial_s": idle / max(1, len(launched)),
-            "note": "wall clock of the study minus the sum of the trials' own spans (launch to server stopped), "
-                    "per trial; includes Ray start-up and actor creation once"}
+    return {
+        "trials": len(launched),
+        "wall_s": r["wall_s"],
+        "per_trial_s": idle / max(1, len(launched)),
+        "note": "wall clock of the study minus the sum of the trials' own spans (launch to server stopped), "
+        "per trial; includes Ray start-up and actor creation once",
+    }
 
 
 # Every configuration boots and benchmarks in about the same time, so only the number of hosts differs.

@@ -21,14 +21,14 @@ import optuna
 import yaml
 
 from optimizer import rules
-from optimizer.bench.workload import Workload
 from optimizer.hosts.config import local_host
+from optimizer.loadgen.workload import Workload
+from optimizer.pruning import make_pruner
 from optimizer.settings import parse_study
-from optimizer.simexec import CATEGORY_MIX, STOP_S, ModelExecutor
 from optimizer.sim.model import load_profile
+from optimizer.simexec import CATEGORY_MIX, STOP_S, ModelExecutor
 from optimizer.space import SearchSpace, parse_space
 from optimizer.study import Driver, Progress, make_sampler
-from optimizer.pruning import make_pruner
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.98
@@ -49,8 +49,14 @@ def space_for(profile_name: str) -> SearchSpace:
     prof = load_profile(profile_name)
     data = yaml.safe_load((ROOT / "search_spaces" / "eagle3.yaml").read_text())
     fixed = dict(data["fixed"])
-    fixed.update({"model-path": prof.model_path, "speculative-draft-model-path": prof.draft_model_path,
-                  "tp-size": prof.tp_size, "attention-backend": prof.default_attention})
+    fixed.update(
+        {
+            "model-path": prof.model_path,
+            "speculative-draft-model-path": prof.draft_model_path,
+            "tp-size": prof.tp_size,
+            "attention-backend": prof.default_attention,
+        }
+    )
     data["fixed"] = fixed
     data["architecture"] = prof.architecture
     return parse_space(data, f"eagle3.yaml[{profile_name}]")
@@ -73,15 +79,25 @@ def truth(profile_name: str, space: SearchSpace, concurrency: int) -> dict[str, 
         if v > best[0]:
             best = (v, cand)
     base = space.baseline()
-    return {"values": values, "grid": grid, "optimum": best[0], "optimum_config": best[1].short(),
-            "optimum_key": best[1].key(architecture=space.model.architecture),
-            "baseline": values.get(base.key(architecture=space.model.architecture), 0.0)}
+    return {
+        "values": values,
+        "grid": grid,
+        "optimum": best[0],
+        "optimum_config": best[1].short(),
+        "optimum_key": best[1].key(architecture=space.model.architecture),
+        "baseline": values.get(base.key(architecture=space.model.architecture), 0.0),
+    }
 
 
 def _config(strategy: str, seed: int, budget: int, concurrency: int) -> Any:
     w = dict(WORKLOAD, concurrency=concurrency)
-    data: dict[str, Any] = {"study": f"bench-{strategy}-{seed}", "budget": {"trials": budget}, "workload": w,
-                            "sampler": {"seed": seed}, "server": {"boot_timeout_s": 1800}}
+    data: dict[str, Any] = {
+        "study": f"bench-{strategy}-{seed}",
+        "budget": {"trials": budget},
+        "workload": w,
+        "sampler": {"seed": seed},
+        "server": {"boot_timeout_s": 1800},
+    }
     if strategy == "ours":
         data["sampler"]["name"] = "tpe"
     elif strategy == "random":
@@ -94,17 +110,31 @@ def _config(strategy: str, seed: int, budget: int, concurrency: int) -> Any:
     return parse_study(data, "<bench>")
 
 
-def run_driver(profile_name: str, concurrency: int, strategy: str, seed: int, budget: int,
-               space: SearchSpace, tr: dict[str, Any], hosts: int = 1) -> dict[str, Any]:
+def run_driver(
+    profile_name: str,
+    concurrency: int,
+    strategy: str,
+    seed: int,
+    budget: int,
+    space: SearchSpace,
+    tr: dict[str, Any],
+    hosts: int = 1,
+) -> dict[str, Any]:
     cfg = _config(strategy, seed, budget, concurrency)
     sp = space
     if strategy != "ours":
         # The alternatives have no baseline-first trial or warm start: a copy of the space without the baseline.
         sp = SearchSpace(space.model.model_copy(update={"baseline": False}), space.source)
-    study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg),
-                                pruner=make_pruner(cfg.pruner.name, n_startup_steps=cfg.pruner.n_startup_steps,
-                                                   n_startup_trials=cfg.pruner.n_startup_trials,
-                                                   min_gap=cfg.pruner.min_gap))
+    study = optuna.create_study(
+        direction="maximize",
+        sampler=make_sampler(cfg),
+        pruner=make_pruner(
+            cfg.pruner.name,
+            n_startup_steps=cfg.pruner.n_startup_steps,
+            n_startup_trials=cfg.pruner.n_startup_trials,
+            min_gap=cfg.pruner.min_gap,
+        ),
+    )
     names = [f"h{i}" for i in range(hosts)]
     ex = ModelExecutor(profile_name, names, cfg.workload, seed=seed + 1000)
     driver = Driver(cfg, sp, [local_host(n) for n in names], ex, progress=Progress(lambda s: None), study=study)
@@ -136,14 +166,23 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
         if reached_at is None and incumbent_true >= TARGET * opt:
             reached_at, reached_t = i, t_end
     pruned_saved = 1.0 - ex.ledger.bench_s / ex.ledger.bench_full_s if ex.ledger.bench_full_s else 0.0
-    return {"restarts": reached_at, "wall_s": reached_t, "launches": len(launches),
-            "final_true": incumbent_true, "optimum_pruned": optimum_pruned, "prune_saving": pruned_saved,
-            "bench_s": ex.ledger.bench_s, "bench_full_s": ex.ledger.bench_full_s, "clock_s": ex.clock}
+    return {
+        "restarts": reached_at,
+        "wall_s": reached_t,
+        "launches": len(launches),
+        "final_true": incumbent_true,
+        "optimum_pruned": optimum_pruned,
+        "prune_saving": pruned_saved,
+        "bench_s": ex.ledger.bench_s,
+        "bench_full_s": ex.ledger.bench_full_s,
+        "clock_s": ex.clock,
+    }
 
 
 def grid_order(space: SearchSpace, tr: dict[str, Any]) -> list[tuple[Any, Any]]:
     """bench_speculative.py's walk: for steps, for topk, for draft tokens (its rule draft <= steps*topk+1), one
     restart each; other parameters (NCCL, all-reduce) as outer loops, as a user would repeat the grid."""
+
     def order(item: tuple[Any, Any]) -> tuple:
         cand, _ = item
         f = cand.flags
@@ -152,13 +191,15 @@ def grid_order(space: SearchSpace, tr: dict[str, Any]) -> list[tuple[Any, Any]]:
             return (outer, -1, 0, 0)
         return (outer, f.get(rules.STEPS, 0), f.get(rules.TOPK, 0), f.get(rules.DRAFT, 0))
 
-    items = [(c, ev) for c, ev in tr["grid"]
-             if c.is_baseline or rules.bench_speculative_ok(*rules.resolved_triple(c.flags))]
+    items = [
+        (c, ev) for c, ev in tr["grid"] if c.is_baseline or rules.bench_speculative_ok(*rules.resolved_triple(c.flags))
+    ]
     return sorted(items, key=order)
 
 
-def run_grid(profile_name: str, concurrency: int, seed: int, space: SearchSpace, tr: dict[str, Any],
-             max_launches: int) -> dict[str, Any]:
+def run_grid(
+    profile_name: str, concurrency: int, seed: int, space: SearchSpace, tr: dict[str, Any], max_launches: int
+) -> dict[str, Any]:
     prof = load_profile(profile_name)
     rng = np.random.default_rng(seed + 2000)
     w = Workload(**dict(WORKLOAD, concurrency=concurrency))
@@ -169,14 +210,15 @@ def run_grid(profile_name: str, concurrency: int, seed: int, space: SearchSpace,
     reached = None
     items = grid_order(space, tr)
     full = 0.0
-    for i, (cand, ev) in enumerate(items, start=1):
+    for i, (_cand, ev) in enumerate(items, start=1):
         wait = 1800.0 if ev.failure == "nccl_hang" else ev.boot_s
         dt = wait + STOP_S
         if ev.tok_per_s > 0 and ev.failure is None:
             lf = prof.launch_factor(rng)
             dt += (w.chunks * tokens + w.warmup_requests * w.max_tokens) / (ev.tok_per_s * lf)
-            measured = float(np.mean([prof.chunk_tok_per_s(ev, tokens, rng, launch_factor=lf)
-                                      for _ in range(w.chunks)]))
+            measured = float(
+                np.mean([prof.chunk_tok_per_s(ev, tokens, rng, launch_factor=lf) for _ in range(w.chunks)])
+            )
             if measured > best_measured:
                 best_measured = measured
                 incumbent_true = ev.tok_per_s
@@ -185,11 +227,17 @@ def run_grid(profile_name: str, concurrency: int, seed: int, space: SearchSpace,
             reached = (i, clock)
         if i >= max_launches and reached is not None:
             break
-    for cand, ev in items:
+    for _cand, ev in items:
         wait = 1800.0 if ev.failure == "nccl_hang" else ev.boot_s
         full += wait + STOP_S + ((w.chunks * tokens) / ev.tok_per_s if ev.tok_per_s > 0 and ev.failure is None else 0)
-    return {"restarts": reached[0] if reached else None, "wall_s": reached[1] if reached else None,
-            "launches": len(items), "full_grid_wall_s": full, "optimum_pruned": False, "prune_saving": 0.0}
+    return {
+        "restarts": reached[0] if reached else None,
+        "wall_s": reached[1] if reached else None,
+        "launches": len(items),
+        "full_grid_wall_s": full,
+        "optimum_pruned": False,
+        "prune_saving": 0.0,
+    }
 
 
 def _pct(xs: list[float | None], q: float, cap: float) -> float:
@@ -201,8 +249,7 @@ def _pct(xs: list[float | None], q: float, cap: float) -> float:
     return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
 
 
-def compare(seeds: int = 20, budgets: dict[str, int] | None = None, scenarios=SCENARIOS,
-            log=print) -> dict[str, Any]:
+def compare(seeds: int = 20, budgets: dict[str, int] | None = None, scenarios=SCENARIOS, log=print) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(logging.ERROR)
     budgets = budgets or {"ours": 40, "tpe-plain": 40, "random": 150, "grid": 100000}
@@ -211,9 +258,15 @@ def compare(seeds: int = 20, budgets: dict[str, int] | None = None, scenarios=SC
         t0 = time.time()
         space = space_for(profile_name)
         tr = truth(profile_name, space, conc)
-        row: dict[str, Any] = {"profile": profile_name, "concurrency": conc, "optimum_tok_per_s": tr["optimum"],
-                               "optimum_config": tr["optimum_config"], "baseline_tok_per_s": tr["baseline"],
-                               "valid_configs": len(tr["values"]), "strategies": {}}
+        row: dict[str, Any] = {
+            "profile": profile_name,
+            "concurrency": conc,
+            "optimum_tok_per_s": tr["optimum"],
+            "optimum_config": tr["optimum_config"],
+            "baseline_tok_per_s": tr["baseline"],
+            "valid_configs": len(tr["values"]),
+            "strategies": {},
+        }
         for strategy in STRATEGIES:
             runs = []
             for seed in range(seeds):
@@ -238,9 +291,11 @@ def compare(seeds: int = 20, budgets: dict[str, int] | None = None, scenarios=SC
                 summary["full_grid_wall_h"] = runs[0]["full_grid_wall_s"] / 3600
                 summary["grid_points"] = runs[0]["launches"]
             row["strategies"][strategy] = summary
-            log(f"  {profile_name} c{conc} {strategy:9s} restarts median {summary['restarts_median']:.1f} "
+            log(
+                f"  {profile_name} c{conc} {strategy:9s} restarts median {summary['restarts_median']:.1f} "
                 f"p90 {summary['restarts_p90']:.1f} reached {summary['reached']}/{seeds} "
-                f"wall {summary['wall_h_median']:.1f} h prune saving {summary['prune_saving_mean']:.0%}")
+                f"wall {summary['wall_h_median']:.1f} h prune saving {summary['prune_saving_mean']:.0%}"
+            )
         row["seconds"] = round(time.time() - t0, 1)
         out["scenarios"].append(row)
     return out

@@ -53,7 +53,7 @@ class Workload(pydantic.BaseModel):
         return v
 
     @classmethod
-    def from_dict(cls, data: dict, *, file: str | None = None) -> "Workload":
+    def from_dict(cls, data: dict, *, file: str | None = None) -> Workload:
         """Validate user input; a bad field becomes a ConfigError naming the file and key."""
         try:
             return cls.model_validate(data)
@@ -94,13 +94,18 @@ def _bad(file: Path, line: int | None, msg: str) -> ConfigError:
     return ConfigError(msg, file=str(file), key=where)
 
 
-_ALLOWED_LINE = ('each line must be a JSON object with "prompt": str or "messages": [{"role", "content"}, ...], '
-                 'and optionally "category": str and "id"')
+_ALLOWED_LINE = (
+    'each line must be a JSON object with "prompt": str or "messages": [{"role", "content"}, ...], '
+    'and optionally "category": str and "id"'
+)
 
 
 def _valid_messages(m) -> bool:
-    return (isinstance(m, list) and len(m) > 0 and all(
-        isinstance(x, dict) and isinstance(x.get("role"), str) and isinstance(x.get("content"), str) for x in m))
+    return (
+        isinstance(m, list)
+        and len(m) > 0
+        and all(isinstance(x, dict) and isinstance(x.get("role"), str) and isinstance(x.get("content"), str) for x in m)
+    )
 
 
 def _load_jsonl(path: Path) -> list[Prompt]:
@@ -136,24 +141,39 @@ def _load_sharegpt(path: Path) -> list[Prompt]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise _bad(path, e.lineno, f"not valid JSON ({e.msg}); expected a ShareGPT list of "
-                   '{"conversations": [{"from": "human", "value": str}, ...]}') from None
+        raise _bad(
+            path,
+            e.lineno,
+            f"not valid JSON ({e.msg}); expected a ShareGPT list of "
+            '{"conversations": [{"from": "human", "value": str}, ...]}',
+        ) from None
     if not isinstance(data, list):
-        raise ConfigError('expected a ShareGPT list of {"conversations": [{"from": "human", "value": str}, ...]}',
-                          file=str(path))
+        raise ConfigError(
+            'expected a ShareGPT list of {"conversations": [{"from": "human", "value": str}, ...]}', file=str(path)
+        )
     out: list[Prompt] = []
     for i, item in enumerate(data):
         conv = item.get("conversations") if isinstance(item, dict) else None
         if not isinstance(conv, list):
             raise ConfigError('entry has no "conversations" list', file=str(path), key=f"entry {i}")
         # The first human turn is the prompt, as in sglang.bench_serving; entries without one are skipped.
-        first = next((t for t in conv if isinstance(t, dict) and t.get("from") in ("human", "user")
-                      and isinstance(t.get("value"), str) and t["value"]), None)
+        first = next(
+            (
+                t
+                for t in conv
+                if isinstance(t, dict)
+                and t.get("from") in ("human", "user")
+                and isinstance(t.get("value"), str)
+                and t["value"]
+            ),
+            None,
+        )
         if first is None:
             continue
         pid = str(item.get("id", f"{path.stem}-{i}"))
-        out.append(Prompt(pid, str(item.get("category", "sharegpt")),
-                          messages=[{"role": "user", "content": first["value"]}]))
+        out.append(
+            Prompt(pid, str(item.get("category", "sharegpt")), messages=[{"role": "user", "content": first["value"]}])
+        )
     return out
 
 
@@ -166,21 +186,24 @@ def load_prompts(w: Workload, base_dir: Path | None = None) -> list[Prompt]:
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
     if not path.is_file():
-        raise ConfigError(f"prompt file not found: {path}; use \"builtin\", a .jsonl or a ShareGPT .json file",
-                          key="prompts")
+        raise ConfigError(
+            f'prompt file not found: {path}; use "builtin", a .jsonl or a ShareGPT .json file', key="prompts"
+        )
     if path.suffix == ".json":
         prompts = _load_sharegpt(path)
     elif path.suffix == ".jsonl":
         prompts = _load_jsonl(path)
     else:
-        raise ConfigError('unknown prompt file type; allowed: "builtin", *.jsonl, ShareGPT *.json',
-                          file=str(path), key="prompts")
+        raise ConfigError(
+            'unknown prompt file type; allowed: "builtin", *.jsonl, ShareGPT *.json', file=str(path), key="prompts"
+        )
     if w.categories is not None:
         have = sorted({p.category for p in prompts})
         unknown = [c for c in w.categories if c not in have]
         if unknown:
-            raise ConfigError(f"unknown categories {unknown}; this prompt set has {have}",
-                              file=str(path), key="categories")
+            raise ConfigError(
+                f"unknown categories {unknown}; this prompt set has {have}", file=str(path), key="categories"
+            )
         wanted = set(w.categories)
         prompts = [p for p in prompts if p.category in wanted]
     if not prompts:
@@ -216,6 +239,5 @@ def chunk_plan(w: Workload, prompts: list[Prompt]) -> tuple[list[Prompt], list[l
     order = _interleave(prompts, w.seed)
     n = len(order)
     warmup = [order[-1 - (i % n)] for i in range(w.warmup_requests)]
-    chunks = [[order[(c * w.requests_per_chunk + j) % n] for j in range(w.requests_per_chunk)]
-              for c in range(w.chunks)]
+    chunks = [[order[(c * w.requests_per_chunk + j) % n] for j in range(w.requests_per_chunk)] for c in range(w.chunks)]
     return warmup, chunks

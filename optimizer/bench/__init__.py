@@ -1,7 +1,0 @@
-"""Benchmark: workload files and the streaming client; per-chunk and final metrics as dataclasses."""
-
-from optimizer.bench.client import BenchResult, ChunkResult, RequestRecord, run_benchmark
-from optimizer.bench.workload import Prompt, Workload, chunk_plan, load_prompts
-
-__all__ = ["BenchResult", "ChunkResult", "Prompt", "RequestRecord", "Workload", "chunk_plan", "load_prompts",
-           "run_benchmark"]
