@@ -62,3 +62,5 @@ class TrialResult:
     t_end: float = 0.0
     log_path: str = ""
     records_path: str = ""
+    #: server log lines that may prove one setting fatal (``optimizer.sglang.fatal_settings``)
+    evidence: list[str] = field(default_factory=list)

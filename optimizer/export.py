@@ -1,12 +1,17 @@
-"""The take-away: ``best.yaml`` (SGLang's ``--config`` format), ``best.env`` (NCCL exports) and ``summary.json``.
+"""The take-away: ``best.yaml`` (SGLang's ``--config`` format), ``best.env`` (NCCL exports), ``best.sh`` (the
+launch line) and ``summary.json``.
 
-All three are rewritten from storage alone (``python -m optimizer export --study NAME``), so they can be made
-again at any time, also for a study that was interrupted.
+``best.yaml`` holds only keys SGLang's ``--config`` accepts (``optimizer.sglang.config_file``); a flag its parser
+refuses (e.g. ``cuda-graph-backend-prefill``, whose destination deprecated aliases share) goes on ``best.sh``'s
+command line instead, so ``bash best.sh`` boots the measured configuration as is. All files are rewritten from
+storage alone (``python -m optimizer export --study NAME``), so they can be made again at any time, also for a
+study that was interrupted.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +21,7 @@ import yaml
 from . import __version__
 from .candidate import Candidate
 from .redact import redact_mapping
+from .sglang import config_file
 from .study import baseline_trial, best_trial, summary_rows, write_json
 
 
@@ -56,16 +62,50 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "env": redact_mapping(dict(cand.env)),
         "metrics": {k: v for k, v in best.user_attrs.items() if k.startswith(("ttft", "itl", "e2e", "requests"))},
     }
+    flags = redact_mapping(dict(cand.flags))
+    in_file, on_cli = config_file.split(flags)
+    summary["best"]["config_file_refused"] = sorted(on_cli)
     header = (
         f"# Best configuration of study {study.study_name!r}: trial {best.number}, {best.value:.1f} tok/s"
         + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
         + f"\n# Written by sglang-spec-optimizer {__version__} on {summary['exported']}."
-        + "\n# Use: python -m sglang.launch_server --config best.yaml  (source best.env first for NCCL settings)\n"
+        + "\n# Use: bash best.sh  (= source best.env; python -m sglang.launch_server --config best.yaml"
+        + (" + the flags SGLang's --config refuses" if on_cli else "")
+        + ")\n"
     )
-    (out_dir / "best.yaml").write_text(header + yaml.safe_dump(redact_mapping(cand.config_mapping()), sort_keys=False))
+    (out_dir / "best.yaml").write_text(header + yaml.safe_dump(in_file, sort_keys=False))
     env_text = "# NCCL and other environment settings of the best trial (SGLang's --config cannot hold them)\n"
     env_text += Candidate(env=redact_mapping(dict(cand.env))).env_exports()
     (out_dir / "best.env").write_text(env_text)
+    script = out_dir / "best.sh"
+    script.write_text(launch_script(study.study_name, best.number, attrs.get("server_command"), on_cli))
+    script.chmod(0o755)
     summary["rows"] = summary_rows(study)
     write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def launch_script(study: str, trial: int, server_command: str | None, on_cli: dict[str, Any]) -> str:
+    """``best.sh``: the study's server command with ``--config best.yaml`` and the flags the file cannot hold.
+
+    ``{python}`` in the study's server command becomes ``${PYTHON:-python3}``; arguments given to ``best.sh``
+    (``--port 30000``) are passed on and win over the file (SGLang puts the file's flags first).
+    """
+    words = shlex.split(server_command) if server_command else ["{python}", "-m", "sglang.launch_server"]
+    cmd = " ".join('"${PYTHON:-python3}"' if w == "{python}" else shlex.quote(w) for w in words)
+    refused = Candidate(flags=on_cli).argv()
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# The best configuration of study {study!r} (trial {trial}), as measured: run it as is; arguments",
+        "# (e.g. --port 30000) are passed on. best.yaml holds what SGLang's --config accepts and best.env the",
+        "# environment.",
+    ]
+    for name in on_cli:
+        lines.append(f"# --{name} is on the command line: SGLang's --config refuses it ({config_file.refusal(name)}).")
+    lines += [
+        'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+        'source "$here/best.env"',
+        f'exec {cmd} --config "$here/best.yaml"' + "".join(f" {shlex.quote(a)}" for a in refused) + ' "$@"',
+        "",
+    ]
+    return "\n".join(lines)

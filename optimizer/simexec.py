@@ -18,7 +18,7 @@ import numpy as np
 
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .loadgen.workload import Workload
-from .sim.model import load_profile
+from .sim.model import BOOT_FAILURES, load_profile, nccl_warn_lines
 from .trial import TrialSpec
 
 CATEGORY_MIX = {"chat": 0.25, "code": 0.25, "math": 0.25, "summarization": 0.25}
@@ -99,12 +99,17 @@ class ModelExecutor:
         ev = self.profile.evaluate(dict(spec.candidate.flags), dict(spec.candidate.env), w.concurrency, self.categories)
         self._push(t0, PhaseEvent(trial=n, host=host, phase="starting", t=t0))
         result = TrialResult(trial=n, host=host, status="complete", t_start=t0)
-        if ev.failure in ("invalid", "oom", "cuda_graph", "nccl_hang"):
+        if ev.failure in BOOT_FAILURES:
             wait = self.boot_timeout_s if ev.failure == "nccl_hang" else ev.boot_s
             t_end = t0 + wait + STOP_S
             self.ledger.boot_s += wait
-            result.status, result.kind = "infeasible", ("timeout" if ev.failure == "nccl_hang" else ev.failure)
+            # the kind the real readiness check gives each (a NCCL capture failure reads "Capture cuda graph failed")
+            kind = {"nccl_hang": "timeout", "nccl_invalid": "cuda_graph"}.get(ev.failure, ev.failure)
+            result.status, result.kind = "infeasible", kind
             result.reason = f"{result.kind}: {ev.message}"[:300]
+            if ev.failure == "nccl_invalid":
+                env = {k: str(v) for k, v in spec.candidate.env.items() if str(v) != "unset"}
+                result.evidence = nccl_warn_lines(env, 1)
             self._finish(host, result, t_end)
             return
         boot = ev.boot_s

@@ -35,6 +35,7 @@ from .hosts.config import HostConfig
 from .pruning import BASELINE_ATTR, make_pruner
 from .redact import redact_mapping, redact_text
 from .settings import StudyConfig
+from .sglang import fatal_settings
 from .space import NONE_ALGO, SearchSpace
 from .trial import TrialSpec
 
@@ -477,6 +478,14 @@ class Driver:
                 self._tell_infeasible(a, reason, kind="precheck", checks={c.name: c.value for c in checks})
                 self.idle_asks += 1
                 return None
+        learned = self._learned_fatal(cand)
+        if learned is not None:
+            t_no, setting = learned
+            a.trial.set_user_attr("skipped_for_fatal", {**setting, "trial": t_no})
+            reason = f"{setting['name']}={setting['value']} was fatal in trial {t_no} ({setting['line']}); not launched again"
+            self._tell_infeasible(a, reason, kind="learned_fatal", checks={"learned_fatal": 1.0})
+            self.idle_asks += 1
+            return None
         if self.cfg.dedup:
             done = self.measured_keys().get(key)
             if done is not None:
@@ -489,6 +498,15 @@ class Driver:
                 return None
         self.idle_asks = 0
         return a
+
+    def _learned_fatal(self, cand: Candidate) -> tuple[int, dict[str, str]] | None:
+        """A setting an earlier launch proved fatal on its own, if this candidate holds it (from storage, so a
+        resumed study keeps what it learned)."""
+        for t in self.study.get_trials(deepcopy=False):
+            setting = t.user_attrs.get("fatal_setting")
+            if setting and fatal_settings.holds(setting, cand.flags, cand.env):
+                return t.number, setting
+        return None
 
     def _dispatch(self, a: Active) -> None:
         free = self._free_hosts()
@@ -598,6 +616,16 @@ class Driver:
         t.set_user_attr("failure_reason", reason[:2000])
         if result is not None and result.log_tail:
             t.set_user_attr("log_tail", result.log_tail[-3000:])
+        if result is not None:
+            lines = [*result.evidence, *result.log_tail.splitlines()]
+            setting = fatal_settings.blame(lines, a.candidate.flags, a.candidate.env)
+            if setting is not None:
+                t.set_user_attr("fatal_setting", setting)
+                self.progress.note(
+                    self,
+                    f"trial {t.number}: {setting['name']}={setting['value']} is fatal on its own "
+                    f"({setting['line'][:160]}); candidates holding it will not be launched",
+                )
         if self.cfg.infeasible_as == "fail":
             self.study.tell(t, state=TrialState.FAIL)
             self._after_tell(a)

@@ -7,6 +7,7 @@ infeasible configuration (reason + log tail), a pruned or cancelled run. It neve
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import threading
 import time
@@ -22,6 +23,7 @@ from .hosts.base import Host
 from .loadgen.client import BenchResult, ChunkResult, run_benchmark
 from .loadgen.workload import Workload
 from .readiness import log_tail, wait_ready
+from .sglang import fatal_settings
 
 Emit = Callable[[Any], None]
 
@@ -81,6 +83,9 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         python = getattr(host, "python", "python3")
         argv = spec.argv(python, bind, port)
         env = {**spec.server_env, **dict(spec.candidate.env), "SGLANG_OPTIMIZER_TRIAL": f"{spec.study}/{spec.number}"}
+        if "NCCL_DEBUG" not in env and "NCCL_DEBUG" not in os.environ:
+            # NCCL says why a collective cannot run only at WARN or above; the fatal-setting rules read that line
+            env["NCCL_DEBUG"] = "WARN"
         from .redact import redact_mapping
 
         (trial_dir / "command.sh").write_text(  # a record for humans: secrets masked
@@ -200,6 +205,13 @@ def _finish(result: TrialResult, status: str, *, reason: str = "", kind: str = "
     result.reason = reason
     result.kind = kind
     result.log_tail = log_tail
+    if status == "infeasible" and result.log_path:
+        # lines that may prove one setting fatal (optimizer.sglang.fatal_settings), wherever they sit in the log
+        try:
+            with open(result.log_path, errors="replace") as fh:
+                result.evidence = fatal_settings.evidence(fh)
+        except OSError:
+            pass
     result.t_end = time.time()
     return result
 

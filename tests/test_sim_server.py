@@ -233,7 +233,7 @@ def test_concurrent_streams_share_steps(eagle) -> None:
 def test_config_file_and_cli_override(tmp_path) -> None:
     cfg = tmp_path / "best.yaml"
     cfg.write_text(
-        "speculative-algorithm: EAGLE3\nspeculative_draft_model_path: /d\nspeculative-num-steps: 2\n"
+        "speculative-algorithm: EAGLE3\nspeculative-draft-model-path: /d\nspeculative-num-steps: 2\n"
         "speculative-eagle-topk: 1\nspeculative-num-draft-tokens: 3\nenable-metrics: true\n"
         "max-running-requests: 16\n"
     )

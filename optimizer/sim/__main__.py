@@ -48,7 +48,7 @@ def _server_args_repr(flags: dict, host: str, port: int) -> str:
 
 def serve(argv: list[str]) -> int:
     from .. import rules
-    from .model import load_profile
+    from .model import load_profile, nccl_warn_lines
     from .profiles import DEFAULT_PROFILE
 
     opts = cli.parse(argv, DEFAULT_PROFILE)
@@ -174,6 +174,19 @@ def serve(argv: list[str]) -> int:
             continue
         what, detail = labels[name]
         log(f"Capture {what} CUDA graph begin. {detail}, avail mem={avail:.2f} GB")
+        if ev.failure == "nccl_invalid" and name != "capture_prefill":
+            _sleep(sec * ts * 0.5)
+            for line in nccl_warn_lines(env, profile.tp_size):
+                logs.raw(line)
+            logs.scheduler_crash(
+                [
+                    '  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 612, in __init__',
+                    "    self.capture()",
+                    '  File "/sglang/srt/model_executor/cuda_graph_runner.py", line 801, in capture',
+                    "    raise Exception(",
+                ],
+                "Exception: " + ev.message,
+            )
         if ev.failure == "cuda_graph" and name != "capture_prefill":
             _sleep(sec * ts * 0.5)
             logs.scheduler_crash(

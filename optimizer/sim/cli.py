@@ -1,8 +1,11 @@
 """Command-line parsing for the simulator: SGLang's own launch flags plus the simulator's ``--sim-*`` options.
 
 SGLang flags the simulator models are typed; other ``--foo value`` / ``--foo`` flags are accepted and reported in
-``server_args``. ``--config FILE`` reads SGLang's flat YAML format (CLI flags override it). A malformed argv (a
-positional word, a missing or mistyped value of a known flag) exits 2 like argparse.
+``server_args``. ``--config FILE`` follows SGLang's own parser (``optimizer.sglang.config_file``): the file's keys
+become flags placed before the command line's (so the command line wins), and a key SGLang refuses, a file that is
+not ``.yaml``/``.yml``, missing or not a mapping ends the process with SGLang's ``ValueError`` traceback and exit
+status 1. A malformed argv (a positional word, a flag with an underscore in its name, a missing or mistyped value
+of a known flag) exits 2 like argparse.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+
+from ..sglang import config_file
 
 PROG = "python -m optimizer.sim"
 
@@ -84,8 +88,40 @@ def usage_error(message: str) -> NoReturn:
 
 
 def _norm(name: str) -> str:
-    name = name.strip().lstrip("-").replace("_", "-")
+    name = name.strip().lstrip("-")
     return ALIASES.get(name, name)
+
+
+def config_error(exc: BaseException) -> NoReturn:
+    """SGLang's uncaught exception from its ``--config`` merge: traceback on stderr, exit status 1."""
+    where = {
+        config_file.MESSAGES["multiple"]: ("_extract_config_file_path", 90),
+        config_file.MESSAGES["no_path"]: ("_extract_config_file_path", 97),
+        config_file.MESSAGES["root"]: ("_parse_yaml_config", 128),
+    }
+    msg = str(exc)
+    if msg.startswith("Unsupported config option"):
+        func, line, call = "_convert_config_to_args", 150, "config_args = self._convert_config_to_args(config_data)"
+    else:
+        func, line = where.get(msg, ("_validate_yaml_file", 136 if msg.startswith("Config file must be") else 139))
+        call = "config_data = self._parse_yaml_config(config_file_path)"
+    name = "ValueError" if isinstance(exc, ValueError) else f"{type(exc).__module__}.{type(exc).__name__}"
+    sys.stderr.write(
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        '  File "<frozen runpy>", line 88, in _run_code\n'
+        '  File "/sglang/launch_server.py", line 68, in <module>\n'
+        "    server_args = prepare_server_args(sys.argv[1:])\n"
+        '  File "/sglang/srt/server_args.py", line 9365, in prepare_server_args\n'
+        "    argv = config_merger.merge_config_with_args(argv)\n"
+        f'  File "/sglang/srt/server_args_config_parser.py", line {72 if "parse" in call else 73}, '
+        "in merge_config_with_args\n"
+        f"    {call}\n"
+        f'  File "/sglang/srt/server_args_config_parser.py", line {line}, in {func}\n'
+        f"    raise ValueError(...)\n{name}: {msg}\n"
+    )
+    sys.stderr.flush()
+    raise SystemExit(1)
 
 
 def _convert(name: str, conv: Callable[[str], Any], raw: Any) -> Any:
@@ -99,6 +135,12 @@ def _convert(name: str, conv: Callable[[str], Any], raw: Any) -> Any:
 
 
 def parse(argv: list[str], default_profile: str) -> Options:
+    if "--config" in argv:  # SGLang merges the file only for this exact token (``--config=F`` is ignored)
+        store_true = [*STORE_TRUE, *(k for k, v in ALIASES.items() if v in STORE_TRUE)]
+        try:
+            argv = config_file.merge(argv, store_true)
+        except (ValueError, OSError, yaml.YAMLError) as exc:
+            config_error(exc)
     cli: dict[str, Any] = {}
     sim: dict[str, Any] = {}
     i = 0
@@ -115,8 +157,8 @@ def parse(argv: list[str], default_profile: str) -> Options:
         if has_inline:
             body, value = body.split("=", 1)
         name = _norm(body)
-        if not name:
-            usage_error(f"unrecognized arguments: {tok}")
+        if not name or "_" in name:  # argparse knows SGLang's flags with dashes only
+            usage_error(f"unrecognized arguments: {' '.join(argv[i:])}")
         conv = SIM_OPTIONS.get(name) or TYPED.get(name)
         if conv is not None:
             if not has_inline:
@@ -141,10 +183,7 @@ def parse(argv: list[str], default_profile: str) -> Options:
             cli[name] = value
         i += 1
 
-    flags: dict[str, Any] = {}
-    if "config" in cli:
-        flags.update(load_config(cli["config"]))
-    flags.update(cli)
+    flags: dict[str, Any] = dict(cli)
     unknown = [k for k in flags if k not in TYPED and k not in STORE_TRUE]
     host = str(flags.pop("host", "127.0.0.1"))
     port = int(flags.pop("port", 30000))
@@ -160,26 +199,3 @@ def parse(argv: list[str], default_profile: str) -> Options:
         seed=int(sim.get("sim-seed", 0)),
         unknown=unknown,
     )
-
-
-def load_config(path: str) -> dict[str, Any]:
-    """SGLang's ``--config``: a flat YAML mapping of flag names (dashes or underscores) to values."""
-    p = Path(path)
-    if not p.is_file():
-        usage_error(f"argument --config: config file not found: {path}")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        usage_error(f"argument --config: invalid YAML in {path}: {exc}")
-    if not isinstance(data, dict):
-        usage_error(f"argument --config: {path} must hold a flat mapping of flag names")
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = _norm(str(key))
-        if isinstance(value, (dict, list)):
-            usage_error(f"argument --config: {key} must be a scalar")
-        conv = TYPED.get(name)
-        if conv is not None and value is not None and not isinstance(value, bool):
-            value = _convert(name, conv, value)
-        out[name] = value
-    return out

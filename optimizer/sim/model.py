@@ -40,7 +40,9 @@ import numpy as np
 from .. import rules
 
 CATEGORIES = ("chat", "code", "math", "summarization")
-FAILURES = ("invalid", "oom", "cuda_graph", "nccl_hang", "crash_serving")
+FAILURES = ("invalid", "oom", "cuda_graph", "nccl_invalid", "nccl_hang", "crash_serving")
+#: failures that end the boot (the rest crash while serving)
+BOOT_FAILURES = ("invalid", "oom", "cuda_graph", "nccl_invalid", "nccl_hang")
 
 OOM_MESSAGE = "Not enough memory. Please try to increase --mem-fraction-static."
 CUDA_GRAPH_MESSAGE = (
@@ -56,6 +58,17 @@ CRASH_MESSAGE = (
     "CUDA error: an illegal memory access was encountered\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might "
     "be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+)
+NCCL_INVALID_MESSAGE = (
+    "Capture cuda graph failed: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details), "
+    "NCCL version 2.27.7\n"
+    "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    "3. disable torch compile by not using --enable-torch-compile\n"
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "
 )
 NCCL_HANG_MESSAGE = "NCCL init hangs: no log output after 'Init torch distributed begin.'"
 
@@ -441,6 +454,8 @@ class Profile:
                 return "oom", OOM_MESSAGE, None, warnings
         elif hit("oom"):
             return "oom", OOM_MESSAGE, None, warnings
+        if self.tp_size > 1 and hit("nccl_invalid"):
+            return "nccl_invalid", NCCL_INVALID_MESSAGE, None, warnings
         if hit("cuda_graph"):
             return "cuda_graph", CUDA_GRAPH_MESSAGE, None, warnings
         crash = hit("crash_serving")
@@ -475,7 +490,7 @@ class Profile:
         L, per = self.mixed_accept_length(r["algo"], r["triple"], categories)
         tps = b * L / (cycle / 1000.0)
         ok = kind is None
-        if kind in ("oom", "cuda_graph", "nccl_hang"):
+        if kind in ("oom", "cuda_graph", "nccl_invalid", "nccl_hang"):
             tps_out = 0.0
             boot = self._boot_until_failure(flags, kind)
         else:
@@ -498,7 +513,12 @@ class Profile:
         )
 
     def _boot_until_failure(self, flags: Mapping[str, Any], kind: str) -> float:
-        stop = {"nccl_hang": "init_distributed", "oom": "memory_pool", "cuda_graph": "capture_prefill"}[kind]
+        stop = {
+            "nccl_hang": "init_distributed",
+            "oom": "memory_pool",
+            "cuda_graph": "capture_prefill",
+            "nccl_invalid": "capture_prefill",
+        }[kind]
         total = 0.0
         for name, sec in self.boot_phases(flags):
             total += sec
@@ -536,6 +556,16 @@ class Profile:
             rel = 0.0
         rel = math.hypot(rel, 0.004)  # scheduling jitter
         return float(ev.tok_per_s * lf * max(0.5, rng.normal(1.0, rel)))
+
+
+def nccl_warn_lines(env: Mapping[str, str], ranks: int) -> list[str]:
+    """What NCCL prints on each rank when NCCL_ALGO/NCCL_PROTO leave AllGather no algorithm (enqueue.cc)."""
+    suffix = "".join(f" {k} was set to {env[k]}." for k in ("NCCL_ALGO", "NCCL_PROTO") if env.get(k))
+    return [
+        f"sim-gpu:{1000 + r}:{1000 + r} [{r}] NCCL WARN Error : no algorithm/protocol available for function "
+        f"AllGather with datatype ncclInt8.{suffix}"
+        for r in range(ranks)
+    ]
 
 
 def _truthy(v: Any) -> bool:

@@ -437,10 +437,130 @@ def smollm2_135m_h200() -> Profile:
     )
 
 
+def llama8b_dims_2x_h200() -> Profile:
+    """An 8B-sized Llama (Llama-3.1-8B dimensions, dummy weights, EAGLE-3 head) on 2x H200 (NVLink), TP 2.
+
+    The real-GPU setup of ``tools/gpu_run/`` at TP 2: triton attention, decode CUDA graphs up to batch 16,
+    ``--cuda-graph-backend-prefill disabled``, and ``SGLANG_SIMULATE_ACC_LEN`` set from the published EAGLE-3
+    chat accept lengths for the step count (every prompt category gets that curve). Reproduces the issue-14 run
+    on a lent two-GPU H200 machine (sglang 0.5.17, concurrency 1, 128-token answers):
+    - EAGLE-3 (5, 1, 6) 478.8 tok/s, +66.6 % over no speculation (baseline 287.4 tok/s); the exported files
+      measured 507.8 tok/s when booted again, within that machine's launch-to-launch spread (15-33 %; under 3 %
+      on a second machine of the same kind; the simulator keeps its usual ~2 % launch noise);
+    - custom all-reduce on or off: no measurable difference (two NVLink GPUs: SGLang's custom all-reduce and
+      NCCL's LL/Ring cost about the same for decode-sized messages), and the NCCL protocol hardly matters;
+    - ``NCCL_ALGO=Tree`` is fatal in every launch: Tree implements AllReduce only, so the ncclInt8 AllGather
+      has no algorithm (``NCCL WARN Error : no algorithm/protocol available for function AllGather with
+      datatype ncclInt8. NCCL_ALGO was set to Tree.``) and CUDA graph capture fails with
+      ``NCCL error: invalid usage``;
+    - boots of about 56 s with warm caches (the exported configuration's round trip).
+    Step-time shape (draft cost per step, verify overhead) from the one-H200 run of the same model in the README
+    (baseline 204 -> 287 tok/s with TP 2; (5, 1, 6) 405 -> 479 tok/s). Trees (topk > 1) are not calibrated.
+    """
+    chat = MAVERICK["chat"]
+    return Profile(
+        name="llama-8b-dims-2x-h200",
+        description="8B-sized Llama (dummy weights) + EAGLE-3 head on 2x H200 NVLink, TP 2, as run with sglang 0.5.17",
+        figures=[
+            dict(name="baseline_c1", value=287.4, unit="tok/s", concurrency=1, flags={}, env={}),
+            dict(
+                name="eagle3_516_c1",
+                value=478.8,
+                unit="tok/s",
+                concurrency=1,
+                flags={
+                    "speculative-algorithm": "EAGLE3",
+                    "speculative-num-steps": 5,
+                    "speculative-eagle-topk": 1,
+                    "speculative-num-draft-tokens": 6,
+                },
+                env={"NCCL_PROTO": "Simple"},
+            ),
+            dict(
+                name="eagle3_516_c1_no_custom_all_reduce",
+                value=478.8,
+                unit="tok/s",
+                concurrency=1,
+                flags={
+                    "speculative-algorithm": "EAGLE3",
+                    "speculative-num-steps": 5,
+                    "speculative-eagle-topk": 1,
+                    "speculative-num-draft-tokens": 6,
+                    "disable-custom-all-reduce": True,
+                },
+                env={"NCCL_PROTO": "Simple"},
+            ),
+            dict(name="boot_s", value=56.0, unit="s"),
+        ],
+        model_path="/tmp/models/llama-8b-dims",
+        draft_model_path="/tmp/models/llama-8b-eagle3-draft",
+        architecture="LlamaForCausalLM",
+        model_type="llama",
+        tp_size=2,
+        gpu_sm=90,
+        gpu_name="NVIDIA H200",
+        gpu_mem_gb=139.8,
+        context_len=131072,
+        dense_ms=2.6,
+        per_req_ms=0.03,
+        sched_ms=0.35,
+        verify_fixed_ms=1.2,
+        verify_per_req_ms=0.1,
+        verify_tok_ms=0.012,
+        tree_ms=0.3,
+        draft_fixed_ms=0.295,
+        draft_tok_ms=0.005,
+        nograph_factor=1.35,
+        comm=Comm(
+            nccl_lat={"LL": 0.5, "LL128": 0.505, "Simple": 0.51},
+            nccl_slope={"LL": 0.003, "LL128": 0.002, "Simple": 0.0015},
+            algo_factor={"Ring": 1.0, "Tree": 1.0, "NVLS": 1.0, "NVLSTree": 1.0, "PAT": 1.0},
+            p2p_factor={"SYS": 1.0, "PHB": 1.0, "PXB": 1.0, "PIX": 1.0, "NVL": 1.0, "LOC": 1.0},
+            auto_ll_max_tokens=64,
+            auto_algo_simple="Ring",
+            car_supported=True,
+            car_lat=0.5,
+            car_slope=0.002,
+        ),
+        attention={"triton": 1.0, "fa3": 0.97, "flashinfer": 0.99},
+        attention_tree={"triton": 1.06, "fa3": 1.04, "flashinfer": 1.04},
+        accept={c: list(chat) for c in ("chat", "code", "math", "summarization")},
+        tree_beta=0.12,
+        tree_budget=64,
+        default_mem_fraction=0.85,
+        min_mem_fraction=0.1,
+        default_cuda_graph_max_bs=16,
+        max_total_num_tokens=1500000,
+        boot=dict(
+            imports=14.0,
+            server_args=7.0,
+            init_distributed=21.0,
+            load_weights=2.5,
+            load_draft_weights=0.5,
+            memory_pool=2.0,
+            capture_prefill=0.5,
+            capture_decode=3.5,
+            capture_verify=1.5,
+            capture_draft_prefill=0.5,
+            capture_draft_decode=2.0,
+            capture_draft_extend=0.8,
+            warmup=2.5,
+        ),
+        rules=(
+            Rule(
+                "nccl_invalid",
+                env={"NCCL_ALGO": ("Tree",)},
+                why="Tree implements AllReduce only: the ncclInt8 AllGather has no algorithm (NCCL invalid usage)",
+            ),
+        ),
+    )
+
+
 PROFILES: dict[str, Callable[[], Profile]] = {
     "llama-3.1-8b-h100": llama31_8b_h100,
     "kimi-k2.5-8x-rtxpro6000": kimi_k25_8x_rtxpro6000,
     "glm-4.7-flash-h200": glm47_flash_h200,
     "smollm2-135m-h200": smollm2_135m_h200,
+    "llama-8b-dims-2x-h200": llama8b_dims_2x_h200,
 }
 DEFAULT_PROFILE = "llama-3.1-8b-h100"

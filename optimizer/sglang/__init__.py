@@ -1,0 +1,1 @@
+"""Facts about SGLang the optimizer and the simulator share (its config file, its failures)."""
