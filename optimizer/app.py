@@ -89,7 +89,7 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
             f"\nbest: trial {best['trial']} {best['config']}: {best['tok_per_s']:.1f} tok/s"
             + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
         )
-        print(f"wrote {cfg.study_dir}/best.yaml and best.env in {time.time() - t0:.0f} s")
+        print(f"wrote {cfg.study_dir}/best.yaml, best.env and best.sh in {time.time() - t0:.0f} s")
     else:
         print("no feasible trial yet")
     return 130 if driver.stopping else 0

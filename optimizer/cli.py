@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
 
     for name, text in (
-        ("export", "rewrite best.yaml, best.env and summary.json from storage"),
+        ("export", "rewrite best.yaml, best.env, best.sh and summary.json from storage"),
         ("status", "print the trial table of a study"),
         ("report", "write studies/<study>/report.html (plotly, offline)"),
     ):
