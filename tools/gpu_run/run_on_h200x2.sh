@@ -15,8 +15,10 @@ OUT="${OUT:-/tmp/h200x2-out}"
 WAIT_S="${WAIT_S:-540}"
 SITE="${SITE:-/tmp/site}"
 MODELS="${MODELS:-/tmp/models}"
-STUDY_DIR="studies/h200x2"
-STUDY_FILE="tools/gpu_run/study_tp2.yaml"
+# STUDY_FILE/STUDY_DIR pick another study (tools/gpu_run/study.yaml + studies/h200 runs the one-GPU space);
+# OPT_ARGS adds optimizer flags (e.g. --trials 4).
+STUDY_DIR="${STUDY_DIR:-studies/h200x2}"
+STUDY_FILE="${STUDY_FILE:-tools/gpu_run/study_tp2.yaml}"
 W="/tmp/h200x2-work/${STAGE:-none}"
 mkdir -p "$OUT" "$STUDY_DIR" "$W"
 T0=$(date +%s)
@@ -57,7 +59,7 @@ study)
   else
     runs=$(ls "$STUDY_DIR"/driver-*.log 2>/dev/null | wc -l)
     say "starting the driver (default executor: Ray), run $((runs + 1))"
-    setsid bash -c "python3 -m optimizer optimize --config $STUDY_FILE --plain \
+    setsid bash -c "python3 -m optimizer optimize --config $STUDY_FILE ${OPT_ARGS:-} --plain \
         > '$STUDY_DIR/driver-$((runs + 1)).log' 2>&1 && touch '$STUDY_DIR/DONE'" &
     echo $! > "$STUDY_DIR/driver.pid"
   fi
