@@ -15,6 +15,7 @@ from optimizer.errors import BootError
 from optimizer.events import PhaseEvent
 from optimizer.hosts.local import LocalHost
 from optimizer.readiness import wait_ready
+from optimizer.study import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
 KIMI = "kimi-k2.5-8x-rtxpro6000"
@@ -201,7 +202,7 @@ def run_study(
     finally:
         ex.shutdown()
     wall = time.time() - t0
-    launched = [t for t in study.get_trials() if t.user_attrs.get("launched")]
+    launched = [t for t in study.get_trials() if t.user_attrs.get(R.LAUNCHED)]
     return {
         "wall_s": wall,
         "launched": len(launched),
@@ -216,11 +217,11 @@ def orchestration_overhead(work: Path, trials: int = 6) -> dict[str, Any]:
     r = run_study(work, "overhead", 1, trials, executor="ray")
     study = r["study"]
     launched = sorted(
-        (t for t in study.get_trials() if t.user_attrs.get("launched")), key=lambda t: t.user_attrs["t_start"]
+        (t for t in study.get_trials() if t.user_attrs.get(R.LAUNCHED)), key=lambda t: t.user_attrs[R.T_START]
     )
     busy = 0.0
     for t in launched:
-        busy += t.user_attrs["t_end"] - t.user_attrs["t_start"]  # start -> server stopped (boot+bench+stop)
+        busy += t.user_attrs[R.T_END] - t.user_attrs[R.T_START]  # start -> server stopped (boot+bench+stop)
     idle = r["wall_s"] - busy
     return {
         "trials": len(launched),

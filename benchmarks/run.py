@@ -119,6 +119,7 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from optimizer.settings import parse_study
     from optimizer.simexec import ModelExecutor
     from optimizer.study import Driver, Progress, best_trial
+    from optimizer.study import records as R
 
     tr = truth(prof, space, 1)
     for seed in range(args.e2e_seeds):
@@ -144,8 +145,8 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         mb = best_trial(study)
         row = {
             "seed": seed,
-            "real_best_true_frac": tr["values"].get(rb.user_attrs["candidate_key"], 0) / tr["optimum"],
-            "model_best_true_frac": tr["values"].get(mb.user_attrs["candidate_key"], 0) / tr["optimum"],
+            "real_best_true_frac": tr["values"].get(rb.user_attrs[R.CANDIDATE_KEY], 0) / tr["optimum"],
+            "model_best_true_frac": tr["values"].get(mb.user_attrs[R.CANDIDATE_KEY], 0) / tr["optimum"],
             "real_outcomes": _counts(real["study"]),
             "model_outcomes": _counts(study),
             "real_wall_s": real["wall_s"],
@@ -159,9 +160,11 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _counts(study: Any) -> dict[str, int]:
+    from optimizer.study import records as R
+
     out: dict[str, int] = {}
     for t in study.get_trials():
-        k = t.user_attrs.get("outcome", t.state.name.lower())
+        k = t.user_attrs.get(R.OUTCOME, t.state.name.lower())
         out[k] = out.get(k, 0) + 1
     return out
 

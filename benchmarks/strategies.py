@@ -29,6 +29,7 @@ from optimizer.sim.model import load_profile
 from optimizer.simexec import CATEGORY_MIX, STOP_S, ModelExecutor
 from optimizer.space import SearchSpace, parse_space
 from optimizer.study import Driver, Progress, make_sampler
+from optimizer.study import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.98
@@ -157,7 +158,7 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
         t = trials.get(number)
         if t is None:
             continue
-        key = t.user_attrs.get("candidate_key")
+        key = t.user_attrs.get(R.CANDIDATE_KEY)
         if status == "pruned" and key == tr["optimum_key"]:
             optimum_pruned = True
         if status == "complete" and t.value is not None and t.value > best_measured:

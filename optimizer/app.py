@@ -40,7 +40,7 @@ def read_hosts(path: str | Path) -> list:
 
 
 def make_progress(plain: bool) -> Any:
-    from .study import Progress
+    from .progress import Progress
 
     if not plain and sys.stdout.isatty():
         try:

@@ -1,8 +1,8 @@
 """Where trials run: Ray actors pinned to hosts (the default), or plain threads (no Ray runtime needed).
 
-The driver sees one small interface: ``submit`` a trial to a host, ``prune``/``cancel`` it, and read events from
-``events`` (PhaseEvent, ChunkEvent, then exactly one TrialResult per submitted trial). An actor or thread that
-dies becomes a TrialResult with status ``host_fault``: one trial's failure, never the study's.
+The driver sees one small interface, :class:`Executor`: ``submit`` a trial to a host, ``prune``/``cancel`` it, and
+read events from ``events`` (PhaseEvent, ChunkEvent, then exactly one TrialResult per submitted trial). An actor or
+thread that dies becomes a TrialResult with status ``host_fault``: one trial's failure, never the study's.
 """
 
 from __future__ import annotations
@@ -12,11 +12,51 @@ import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .events import TrialResult
 from .hosts.config import HostConfig, make_host
 from .trial import Controls, TrialSpec, run_trial
+
+
+class EventSource(Protocol):
+    def get(self, timeout: float | None = None) -> Any:
+        """The next PhaseEvent, ChunkEvent or TrialResult; raises ``queue.Empty`` after ``timeout`` seconds."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What the driver needs from the place trials run (``RayExecutor``, ``ThreadExecutor`` and the simulated
+    cluster ``optimizer.simexec.ModelExecutor``)."""
+
+    events: EventSource
+
+    def host_names(self) -> list[str]: ...
+
+    def submit(self, host: str, spec: TrialSpec) -> None:
+        """Start a trial on an idle host; its events arrive on ``events``, ending with one TrialResult."""
+        ...
+
+    def prune(self, trial: int) -> None:
+        """Stop a running trial now; its TrialResult says ``pruned``."""
+        ...
+
+    def cancel_all(self) -> None:
+        """Ctrl-C: stop every running trial (servers stopped gracefully); each still sends its TrialResult."""
+        ...
+
+    def kill_servers(self, timeout_s: float = 10.0) -> None:
+        """A second Ctrl-C: kill the servers at once."""
+        ...
+
+    def reap_orphans(self) -> dict[str, list[int]]:
+        """Stop servers a previous run left on each host; host -> process groups stopped."""
+        ...
+
+    def join(self, timeout_s: float) -> None: ...
+
+    def shutdown(self) -> None: ...
 
 
 def _safe_run(host: Any, spec: TrialSpec, emit: Any, controls: Controls) -> TrialResult:

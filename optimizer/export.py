@@ -22,7 +22,9 @@ from . import __version__
 from .candidate import Candidate
 from .redact import redact_mapping
 from .sglang import config_file
-from .study import baseline_trial, best_trial, summary_rows, write_json
+from .study import records as R
+from .study.records import baseline_trial, best_trial, summary_rows
+from .study.storage import write_json
 
 
 def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
@@ -34,11 +36,11 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "study": study.study_name,
         "optimizer_version": __version__,
         "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "server_command": attrs.get("server_command"),
-        "space": attrs.get("space"),
-        "workload": attrs.get("workload"),
+        "server_command": attrs.get(R.SERVER_COMMAND),
+        "space": attrs.get(R.SPACE),
+        "workload": attrs.get(R.WORKLOAD),
         "trials": len(study.trials),
-        "launches": sum(1 for t in study.trials if t.user_attrs.get("launched")),
+        "launches": sum(1 for t in study.trials if t.user_attrs.get(R.LAUNCHED)),
         "baseline": None,
         "best": None,
     }
@@ -48,16 +50,16 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         summary["note"] = "no feasible trial yet"
         write_json(out_dir / "summary.json", summary)
         return summary
-    cand = Candidate(flags=best.user_attrs.get("flags", {}), env=best.user_attrs.get("env", {}))
+    cand = Candidate(flags=best.user_attrs.get(R.FLAGS, {}), env=best.user_attrs.get(R.ENV, {}))
     gain = None
     if base is not None and base.value:
         gain = best.value / base.value - 1.0  # type: ignore[operator]
     summary["best"] = {
         "trial": best.number,
-        "config": best.user_attrs.get("config"),
+        "config": best.user_attrs.get(R.CONFIG),
         "tok_per_s": best.value,
         "gain_over_baseline": None if gain is None else round(gain, 4),
-        "accept_length": best.user_attrs.get("accept_length"),
+        "accept_length": best.user_attrs.get(R.ACCEPT_LENGTH),
         "flags": redact_mapping(dict(cand.flags)),
         "env": redact_mapping(dict(cand.env)),
         "metrics": {k: v for k, v in best.user_attrs.items() if k.startswith(("ttft", "itl", "e2e", "requests"))},

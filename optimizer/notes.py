@@ -27,7 +27,9 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .redact import MASK, redact_mapping, redact_text
+from .redact import redact_attrs, redact_log
+from .study import records as R
+from .study.records import baseline_trial, best_trial, outcome
 
 ARTIFACT_DIR = "artifacts"
 DASHBOARD_ARTIFACT_PREFIX = "dashboard:artifacts:"  # optuna-dashboard's study-level key for trial artifacts
@@ -35,27 +37,6 @@ OPTUNA_ARTIFACT_PREFIX = "artifacts:"  # optuna.artifacts' trial-level key
 MAX_LOG_BYTES = 8 * 1024 * 1024  # the tail of a server log that is uploaded
 MAX_RECORDS_BYTES = 64 * 1024 * 1024
 LOG_TAIL_CHARS = 3000
-
-# name=value / name: value / --name value pairs whose name looks like a secret (SGLang prints api_key=... in its
-# server_args line; a launch command may carry --api-key).
-_SECRET_NAME = r"[A-Za-z0-9_.-]*(?:token|passw\w*|secret|api[_-]?key|credential|private[_-]?key|auth(?:orization)?)"
-_SECRET_PAIRS = (
-    re.compile(rf"""(?P<k>\b{_SECRET_NAME})(?P<sep>\s*[=:]\s*)(?P<q>['"]?)(?P<v>[^\s'",)]+)(?P=q)""", re.IGNORECASE),
-    re.compile(rf"""(?P<k>--{_SECRET_NAME})(?P<sep>\s+)(?P<q>['"]?)(?P<v>[^\s'"]+)(?P=q)""", re.IGNORECASE),
-)
-# Flag and attribute names that contain "token" or "auth" but hold no secret.
-_NOT_SECRET = re.compile(r"tokens|tokenizer|author", re.IGNORECASE)
-
-
-def redact_attrs(data: Mapping[str, Any]) -> dict[str, Any]:
-    """``redact_mapping`` that leaves ``speculative-num-draft-tokens``, ``tokenizer-path`` and the like alone."""
-    out = {}
-    for k, v in data.items():
-        if _NOT_SECRET.search(str(k)) and not isinstance(v, Mapping):
-            out[k] = redact_text(v) if isinstance(v, str) else v
-        else:
-            out[k] = redact_mapping({k: v})[k]
-    return out
 
 
 METRICS: tuple[tuple[str, str, str], ...] = (
@@ -88,19 +69,6 @@ BOOT_PHASES = (
     "http_up",
     "ready_line",
 )
-
-
-# ---------------------------------------------------------------------------------------------- redaction
-def redact_log(text: str) -> str:
-    """``redact_text`` plus ``name=value`` pairs whose name looks like a secret."""
-
-    def pair(m: re.Match[str]) -> str:
-        return f"{m.group('k')}{m.group('sep')}{m.group('q')}{MASK}{m.group('q')}"
-
-    text = redact_text(text)
-    for pattern in _SECRET_PAIRS:
-        text = pattern.sub(pair, text)
-    return text
 
 
 # ---------------------------------------------------------------------------------------------- markdown
@@ -162,10 +130,6 @@ def tidy_tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
     return "\n".join(out)
 
 
-def outcome(frozen: FrozenTrial) -> str:
-    return str(frozen.user_attrs.get("outcome") or frozen.state.name.lower())
-
-
 def boot_rows(phases: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     """(phase, seconds since launch, seconds since the previous phase), in time order."""
     items = sorted(
@@ -190,26 +154,26 @@ def note_markdown(
     ua = frozen.user_attrs
     oc = outcome(frozen)
     lines: list[str] = []
-    title = ua.get("config") or ("baseline (no speculation)" if ua.get("baseline") else f"trial {frozen.number}")
+    title = ua.get(R.CONFIG) or ("baseline (no speculation)" if ua.get(R.BASELINE) else f"trial {frozen.number}")
     lines += [f"## Trial {frozen.number}: {title}", ""]
     head = [f"**outcome:** {oc}"]
-    if ua.get("baseline"):
+    if ua.get(R.BASELINE):
         head.append("**baseline** (no speculative decoding)")
-    if ua.get("host"):
-        head.append(f"**host:** {ua['host']}")
-    t0, t1 = ua.get("t_start"), ua.get("t_end")
+    if ua.get(R.HOST):
+        head.append(f"**host:** {ua[R.HOST]}")
+    t0, t1 = ua.get(R.T_START), ua.get(R.T_END)
     if isinstance(t0, (int, float)) and isinstance(t1, (int, float)) and t0 > 0:
         head.append(f"**ran:** {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t0))}, {t1 - t0:.1f} s")
     lines += [" · ".join(head), ""]
 
-    value = ua.get("tok_per_s")
+    value = ua.get(R.TOK_PER_S)
     if value is None and oc == "complete" and frozen.value is not None:
         value = frozen.value
     if (
         isinstance(value, (int, float))
         and oc in ("complete", "duplicate")
         and baseline_tok_per_s
-        and not ua.get("baseline")
+        and not ua.get(R.BASELINE)
     ):
         gain = value / baseline_tok_per_s - 1.0
         lines += [f"**{value:.1f} tok/s**, {gain:+.1%} against the baseline ({baseline_tok_per_s:.1f} tok/s)", ""]
@@ -223,35 +187,35 @@ def note_markdown(
             + f" before it stopped ({oc}); not a result.",
             "",
         ]
-    if ua.get("duplicate_of") is not None:
-        lines += [f"Duplicate of trial {ua['duplicate_of']} after SGLang's normalisation: not launched again.", ""]
+    if ua.get(R.DUPLICATE_OF) is not None:
+        lines += [f"Duplicate of trial {ua[R.DUPLICATE_OF]} after SGLang's normalisation: not launched again.", ""]
 
     # failure first: it is what the reader of a failed trial looks for
-    if oc in ("infeasible", "failed", "interrupted") or ua.get("failure_reason"):
+    if oc in ("infeasible", "failed", "interrupted") or ua.get(R.FAILURE_REASON):
         lines += ["### Why it failed", ""]
-        if ua.get("failure_kind"):
-            lines += [f"**kind:** `{ua['failure_kind']}`", ""]
-        if ua.get("failure_reason"):
-            lines += [redact_log(str(ua["failure_reason"])), ""]
-        if ua.get("log_tail"):
-            lines += ["Server log (tail):", ""] + _code(redact_log(tidy_tail(str(ua["log_tail"]))))
-    if oc == "pruned" or ua.get("pruned_at_chunk") is not None:
-        at = ua.get("pruned_at_chunk")
+        if ua.get(R.FAILURE_KIND):
+            lines += [f"**kind:** `{ua[R.FAILURE_KIND]}`", ""]
+        if ua.get(R.FAILURE_REASON):
+            lines += [redact_log(str(ua[R.FAILURE_REASON])), ""]
+        if ua.get(R.LOG_TAIL):
+            lines += ["Server log (tail):", ""] + _code(redact_log(tidy_tail(str(ua[R.LOG_TAIL]))))
+    if oc == "pruned" or ua.get(R.PRUNED_AT_CHUNK) is not None:
+        at = ua.get(R.PRUNED_AT_CHUNK)
         lines += [
             f"Pruned{f' after chunk {at}' if at is not None else ''}: its chunks were slower than the "
             "trials it was compared with.",
             "",
         ]
 
-    constraints = {k[len("constraint:") :]: v for k, v in ua.items() if k.startswith("constraint:")}
+    constraints = {k[len(R.CONSTRAINT_PREFIX) :]: v for k, v in ua.items() if k.startswith(R.CONSTRAINT_PREFIX)}
     if constraints and all(isinstance(v, (int, float)) and v <= 0 for v in constraints.values()):
         lines += ["Constraints satisfied: " + ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(constraints.items())), ""]
     elif constraints:
         lines += ["### Constraints", "", "(positive = violated)", ""]
         lines += _table(("constraint", "value"), sorted(constraints.items()))
 
-    flags = redact_attrs(ua.get("flags") or {})
-    env = redact_attrs(ua.get("env") or {})
+    flags = redact_attrs(ua.get(R.FLAGS) or {})
+    env = redact_attrs(ua.get(R.ENV) or {})
     lines += ["### Configuration", ""]
     if flags or env:
         rows = [(f"`{k}`", "flag", v) for k, v in flags.items()] + [(f"`{k}`", "env", v) for k, v in env.items()]
@@ -269,9 +233,9 @@ def note_markdown(
         lines += ["### Chunks (tok/s)", ""]
         lines += _table(("chunk", "tok/s"), sorted(frozen.intermediate_values.items()))
 
-    phases = boot_rows(ua.get("boot_phases") or {})
+    phases = boot_rows(ua.get(R.BOOT_PHASES) or {})
     if phases:
-        total = ua.get("boot_s")
+        total = ua.get(R.BOOT_S)
         lines += [
             "### Boot time by phase" + (f" ({float(total):.1f} s)" if isinstance(total, (int, float)) else ""),
             "",
@@ -288,7 +252,7 @@ def note_markdown(
             url = f"/artifacts/{study_id}/{frozen._trial_id}/{a['artifact_id']}" if study_id is not None else ""
             lines.append(f"- [{a['filename']}]({url})" if url else f"- {a['filename']}")
         lines.append("")
-    for key in ("log_path", "records_path"):
+    for key in (R.LOG_PATH, R.RECORDS_PATH):
         if ua.get(key):
             lines.append(f"{key.replace('_', ' ')}: `{ua[key]}`  ")
     return "\n".join(lines).rstrip() + "\n"
@@ -296,14 +260,12 @@ def note_markdown(
 
 def study_note_markdown(study: optuna.Study) -> str:
     """The study's note: best configuration so far, its gain, the baseline, and trials per outcome."""
-    from .study import baseline_trial, best_trial
-
     trials = study.get_trials(deepcopy=False)
     counts: dict[str, int] = {}
     for t in trials:
         counts[outcome(t)] = counts.get(outcome(t), 0) + 1
     lines = [f"## {study.study_name}", ""]
-    base = study.user_attrs.get("baseline_tok_per_s")
+    base = study.user_attrs.get(R.BASELINE_TOK_PER_S)
     bt = baseline_trial(study)
     if base is None and bt is not None:
         base = bt.value
@@ -311,10 +273,10 @@ def study_note_markdown(study: optuna.Study) -> str:
     if best is not None:
         gain = f", {best.value / base - 1:+.1%} against the baseline" if base else ""
         lines += [
-            f"**Best:** trial {best.number}, {best.user_attrs.get('config', '')}: **{best.value:.1f} tok/s**{gain}",
+            f"**Best:** trial {best.number}, {best.user_attrs.get(R.CONFIG, '')}: **{best.value:.1f} tok/s**{gain}",
             "",
         ]
-        flags = redact_attrs(best.user_attrs.get("flags") or {})
+        flags = redact_attrs(best.user_attrs.get(R.FLAGS) or {})
         if flags:
             lines += _code(
                 " ".join(f"--{k} {v}" if not str(k).startswith("-") else f"{k} {v}" for k, v in flags.items()), "bash"
@@ -324,11 +286,11 @@ def study_note_markdown(study: optuna.Study) -> str:
     if base:
         lines += [f"**Baseline** (no speculation): {float(base):.1f} tok/s", ""]
     lines += ["Trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), ""]
-    workload = study.user_attrs.get("workload")
+    workload = study.user_attrs.get(R.WORKLOAD)
     if isinstance(workload, Mapping):
         lines += ["Workload: " + ", ".join(f"{k}={_fmt(v)}" for k, v in workload.items()), ""]
-    if study.user_attrs.get("server_command"):
-        lines += ["Server command:", ""] + _code(redact_log(str(study.user_attrs["server_command"])), "bash")
+    if study.user_attrs.get(R.SERVER_COMMAND):
+        lines += ["Server command:", ""] + _code(redact_log(str(study.user_attrs[R.SERVER_COMMAND])), "bash")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -365,11 +327,11 @@ def _read_tail(path: Path, limit: int) -> bytes:
 def _payloads(frozen_or_attrs: Mapping[str, Any], number: int, cfg: Any) -> list[tuple[str, str, bytes]]:
     """(kind, filename, bytes) of the trial's server log (redacted tail) and benchmark records."""
     out = []
-    log = _resolve(frozen_or_attrs.get("log_path"), cfg)
+    log = _resolve(frozen_or_attrs.get(R.LOG_PATH), cfg)
     if log is not None:
         data = _read_tail(log, MAX_LOG_BYTES).decode("utf-8", "replace")
         out.append(("log", f"trial-{number}-{log.stem or 'server'}.log", redact_log(data).encode()))
-    rec = _resolve(frozen_or_attrs.get("records_path"), cfg)
+    rec = _resolve(frozen_or_attrs.get(R.RECORDS_PATH), cfg)
     if rec is not None and rec.stat().st_size <= MAX_RECORDS_BYTES:
         out.append(("records", f"trial-{number}-{rec.name}", rec.read_bytes()))
     return out
@@ -440,7 +402,7 @@ def annotate(study: optuna.Study, frozen: FrozenTrial, cfg: Any) -> None:
         artifacts = attach_artifacts(study, frozen, cfg)
     except OSError:
         artifacts = []
-    base = study.user_attrs.get("baseline_tok_per_s")
+    base = study.user_attrs.get(R.BASELINE_TOK_PER_S)
     body = note_markdown(frozen, baseline_tok_per_s=base, artifacts=artifacts, study_id=study._study_id)
     # save_note only needs the storage, the study and the trial id; an ``optuna.Trial`` would also call the
     # sampler's before_trial hook for a trial that is already over.

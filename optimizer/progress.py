@@ -1,6 +1,7 @@
-"""Live terminal progress while a study runs (rich): what each host is doing and for how long, the best
-configuration so far and its gain over the baseline, trials done and left, and an ETA from the measured boot and
-benchmark times. ``optimizer.study.Progress`` (plain log lines) stays the choice when output is not a terminal.
+"""What the driver tells the person watching a study. ``Progress`` prints plain log lines (the choice when output is
+not a terminal); ``RichProgress`` draws the same events as a live table (rich): what each host is doing and for how
+long, the best configuration so far and its gain over the baseline, trials done and left, and an ETA from the
+measured boot and benchmark times.
 
 Threading: rich refreshes the display from its own thread (at most 4 times a second). That thread never touches the
 study's storage: everything read from storage is read in the driver's thread (in ``start``/``event``/``finished``/
@@ -10,8 +11,9 @@ study's storage: everything read from storage is read in the driver's thread (in
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -19,7 +21,13 @@ from rich.table import Table
 from rich.text import Text
 
 from .events import ChunkEvent, PhaseEvent, TrialResult
-from .study import Progress, baseline_trial, best_trial, feasible
+from .study import records as R
+from .study.records import baseline_trial, best_trial, feasible
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+
+    from .study.driver import Driver
 
 MAX_REFRESH_PER_SECOND = 4.0
 
@@ -51,6 +59,39 @@ OUTCOME_STYLES = {
     "duplicate": "dim",
     "interrupted": "yellow",
 }
+
+
+class Progress:
+    """Plain log lines, one per event worth a line."""
+
+    def __init__(self, printer: Callable[[str], None] = print) -> None:
+        self.print = printer
+
+    def start(self, driver: Driver) -> None:
+        self.print(
+            f"study {driver.cfg.study}: {driver.budget_left()} launches left on "
+            f"{len(driver.hosts)} host(s); storage {driver.cfg.storage_url}"
+        )
+
+    def event(self, driver: Driver, ev: Any) -> None:
+        if isinstance(ev, PhaseEvent) and ev.phase in ("starting", "warming_up", "benchmarking"):
+            self.print(f"[{ev.host}] trial {ev.trial}: {ev.phase} {ev.detail}".rstrip())
+        elif isinstance(ev, ChunkEvent):
+            self.print(f"[{ev.host}] trial {ev.trial}: chunk {ev.index} {ev.tok_per_s:.1f} tok/s")
+
+    def finished(self, driver: Driver, frozen: FrozenTrial) -> None:
+        ua = frozen.user_attrs
+        value = f"{frozen.value:.1f} tok/s" if frozen.value is not None and feasible(frozen) else ""
+        self.print(
+            f"trial {frozen.number} {ua.get(R.OUTCOME, frozen.state.name.lower())}: {ua.get(R.CONFIG, '')} "
+            f"{value} {ua.get(R.FAILURE_REASON, '')}".rstrip()
+        )
+
+    def note(self, driver: Driver, text: str) -> None:
+        self.print(text)
+
+    def stop(self, driver: Driver) -> None:
+        pass
 
 
 def fmt_duration(s: float | None) -> str:
@@ -140,18 +181,18 @@ class RichProgress(Progress):
         self.driver = driver
         self._update(driver)
         ua = frozen.user_attrs
-        oc = ua.get("outcome", frozen.state.name.lower())
+        oc = ua.get(R.OUTCOME, frozen.state.name.lower())
         line = Text(f"trial {frozen.number} ")
         line.append(oc, style=OUTCOME_STYLES.get(oc, ""))
-        line.append(f": {ua.get('config', '')}")
+        line.append(f": {ua.get(R.CONFIG, '')}")
         if frozen.value is not None and feasible(frozen):
             line.append(f"  {frozen.value:.1f} tok/s", style="bold")
-            if self.snap.baseline and not ua.get("baseline"):
+            if self.snap.baseline and not ua.get(R.BASELINE):
                 line.append(f" ({frozen.value / self.snap.baseline - 1:+.1%})")
-        if ua.get("failure_reason"):
-            line.append(f"  {str(ua['failure_reason'])[:160]}", style="dim")
-        if ua.get("host"):
-            line.append(f"  [{ua['host']}]", style="dim")
+        if ua.get(R.FAILURE_REASON):
+            line.append(f"  {str(ua[R.FAILURE_REASON])[:160]}", style="dim")
+        if ua.get(R.HOST):
+            line.append(f"  [{ua[R.HOST]}]", style="dim")
         self.console.print(line)
 
     def note(self, driver: Any, text: str) -> None:
@@ -190,8 +231,8 @@ class RichProgress(Progress):
             self._remember_config(driver, number)
         best = best_trial(study)
         if best is not None:
-            s.best, s.best_value, s.best_number = best.user_attrs.get("config", ""), best.value, best.number
-        base = study.user_attrs.get("baseline_tok_per_s")
+            s.best, s.best_value, s.best_number = best.user_attrs.get(R.CONFIG, ""), best.value, best.number
+        base = study.user_attrs.get(R.BASELINE_TOK_PER_S)
         if not base:
             b = baseline_trial(study)
             base = b.value if b is not None else None
@@ -199,7 +240,7 @@ class RichProgress(Progress):
         counts: dict[str, int] = {}
         for t in study.get_trials(deepcopy=False):
             if t.state.is_finished():
-                oc = t.user_attrs.get("outcome", t.state.name.lower())
+                oc = t.user_attrs.get(R.OUTCOME, t.state.name.lower())
                 counts[oc] = counts.get(oc, 0) + 1
         s.counts = counts
 

@@ -16,7 +16,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-BASELINE_ATTR = "baseline"
+from .study.records import BASELINE
 
 
 def _best_complete(study: optuna.Study, current: FrozenTrial) -> FrozenTrial | None:
@@ -54,7 +54,7 @@ class RatioToBestPruner(BasePruner):
         self.z = z
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        if trial.user_attrs.get(BASELINE_ATTR):
+        if trial.user_attrs.get(BASELINE):
             return False
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if len([t for t in done if t.intermediate_values]) < self.n_startup_trials:
@@ -84,7 +84,7 @@ class GuardedPruner(BasePruner):
         self.min_gap = min_gap
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        if trial.user_attrs.get(BASELINE_ATTR):
+        if trial.user_attrs.get(BASELINE):
             return False
         if not self.inner.prune(study, trial):
             return False

@@ -37,3 +37,37 @@ def redact_value(key: str, value: Any) -> Any:
 
 def redact_mapping(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: redact_value(k, v) for k, v in data.items()}
+
+
+# name=value / name: value / --name value pairs whose name looks like a secret (SGLang prints api_key=... in its
+# server_args line; a launch command may carry --api-key).
+_SECRET_NAME = r"[A-Za-z0-9_.-]*(?:token|passw\w*|secret|api[_-]?key|credential|private[_-]?key|auth(?:orization)?)"
+_SECRET_PAIRS = (
+    re.compile(rf"""(?P<k>\b{_SECRET_NAME})(?P<sep>\s*[=:]\s*)(?P<q>['"]?)(?P<v>[^\s'",)]+)(?P=q)""", re.IGNORECASE),
+    re.compile(rf"""(?P<k>--{_SECRET_NAME})(?P<sep>\s+)(?P<q>['"]?)(?P<v>[^\s'"]+)(?P=q)""", re.IGNORECASE),
+)
+# Flag and attribute names that contain "token" or "auth" but hold no secret.
+_NOT_SECRET = re.compile(r"tokens|tokenizer|author", re.IGNORECASE)
+
+
+def redact_attrs(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``redact_mapping`` that leaves ``speculative-num-draft-tokens``, ``tokenizer-path`` and the like alone."""
+    out = {}
+    for k, v in data.items():
+        if _NOT_SECRET.search(str(k)) and not isinstance(v, Mapping):
+            out[k] = redact_text(v) if isinstance(v, str) else v
+        else:
+            out[k] = redact_mapping({k: v})[k]
+    return out
+
+
+def redact_log(text: str) -> str:
+    """``redact_text`` plus ``name=value`` pairs whose name looks like a secret."""
+
+    def pair(m: re.Match[str]) -> str:
+        return f"{m.group('k')}{m.group('sep')}{m.group('q')}{MASK}{m.group('q')}"
+
+    text = redact_text(text)
+    for pattern in _SECRET_PAIRS:
+        text = pattern.sub(pair, text)
+    return text

@@ -22,7 +22,8 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
 from .notes import boot_rows, outcome, redact_attrs
-from .study import baseline_trial, best_trial, feasible
+from .study import records as R
+from .study.records import baseline_trial, best_trial, feasible
 
 STEPS, TOPK = "speculative-num-steps", "speculative-eagle-topk"
 OUTCOME_COLORS = {
@@ -58,12 +59,12 @@ def _searched(study: optuna.Study) -> list[FrozenTrial]:
     return [
         t
         for t in study.get_trials(deepcopy=False)
-        if feasible(t) and not t.user_attrs.get("duplicate_of") and not t.user_attrs.get("baseline")
+        if feasible(t) and not t.user_attrs.get(R.DUPLICATE_OF) and not t.user_attrs.get(R.BASELINE)
     ]
 
 
 def _baseline_value(study: optuna.Study) -> float | None:
-    v = study.user_attrs.get("baseline_tok_per_s")
+    v = study.user_attrs.get(R.BASELINE_TOK_PER_S)
     if isinstance(v, (int, float)) and v > 0:
         return float(v)
     b = baseline_trial(study)
@@ -71,7 +72,7 @@ def _baseline_value(study: optuna.Study) -> float | None:
 
 
 def _hover(t: FrozenTrial) -> str:
-    return f"trial {t.number}: {html.escape(str(t.user_attrs.get('config', '')))}"
+    return f"trial {t.number}: {html.escape(str(t.user_attrs.get(R.CONFIG, '')))}"
 
 
 # ---------------------------------------------------------------------------------------------- figures
@@ -104,7 +105,7 @@ def fig_history(study: optuna.Study) -> go.Figure:
         )
     best, xs, ys = None, [], []
     for t in sorted(trials, key=lambda t: t.number):
-        if feasible(t) and not t.user_attrs.get("duplicate_of"):
+        if feasible(t) and not t.user_attrs.get(R.DUPLICATE_OF):
             best = t.value if best is None else max(best, t.value)  # type: ignore[type-var]
         if best is not None:
             xs.append(t.number)
@@ -172,7 +173,7 @@ def fig_parallel(study: optuna.Study) -> go.Figure:
 def fig_intermediate(study: optuna.Study) -> go.Figure:
     """Chunk tok/s per trial; a pruned trial's line ends with a marker at the chunk it was stopped after."""
     trials = [
-        t for t in study.get_trials(deepcopy=False) if t.intermediate_values and not t.user_attrs.get("duplicate_of")
+        t for t in study.get_trials(deepcopy=False) if t.intermediate_values and not t.user_attrs.get(R.DUPLICATE_OF)
     ]
     if not trials:
         raise ValueError("no trial has reported a benchmark chunk yet")
@@ -240,9 +241,9 @@ def fig_accept(study: optuna.Study) -> go.Figure:
     trials = [
         t
         for t in study.get_trials(deepcopy=False)
-        if isinstance(t.user_attrs.get("accept_length"), (int, float))
-        and isinstance(t.user_attrs.get("tok_per_s"), (int, float))
-        and not t.user_attrs.get("duplicate_of")
+        if isinstance(t.user_attrs.get(R.ACCEPT_LENGTH), (int, float))
+        and isinstance(t.user_attrs.get(R.TOK_PER_S), (int, float))
+        and not t.user_attrs.get(R.DUPLICATE_OF)
     ]
     if not trials:
         raise ValueError("no trial has measured an accept length yet")
@@ -253,8 +254,8 @@ def fig_accept(study: optuna.Study) -> go.Figure:
     for oc, ts in by.items():
         fig.add_trace(
             go.Scatter(
-                x=[t.user_attrs["accept_length"] for t in ts],
-                y=[t.user_attrs["tok_per_s"] for t in ts],
+                x=[t.user_attrs[R.ACCEPT_LENGTH] for t in ts],
+                y=[t.user_attrs[R.TOK_PER_S] for t in ts],
                 mode="markers+text",
                 name=oc,
                 text=[f"#{t.number}" for t in ts],
@@ -283,12 +284,12 @@ def fig_boot(study: optuna.Study) -> go.Figure:
     trials = [
         t
         for t in study.get_trials(deepcopy=False)
-        if t.user_attrs.get("boot_phases") or isinstance(t.user_attrs.get("boot_s"), (int, float))
+        if t.user_attrs.get(R.BOOT_PHASES) or isinstance(t.user_attrs.get(R.BOOT_S), (int, float))
     ]
     if not trials:
         raise ValueError("no server has booted yet")
     labels = [f"#{t.number}" for t in trials]
-    rows = {t.number: boot_rows(t.user_attrs.get("boot_phases") or {}) for t in trials}
+    rows = {t.number: boot_rows(t.user_attrs.get(R.BOOT_PHASES) or {}) for t in trials}
     phases: list[str] = []
     for r in rows.values():
         for name, _, _ in r:
@@ -312,7 +313,7 @@ def fig_boot(study: optuna.Study) -> go.Figure:
         fig.add_trace(
             go.Bar(
                 x=[f"#{t.number}" for t in no_phases],
-                y=[t.user_attrs["boot_s"] for t in no_phases],
+                y=[t.user_attrs[R.BOOT_S] for t in no_phases],
                 name="boot (no phases)",
                 marker_color="#bdbdbd",
             )
@@ -342,22 +343,22 @@ def fig_timeline(study: optuna.Study) -> go.Figure:
     trials = [
         t
         for t in study.get_trials(deepcopy=False)
-        if isinstance(t.user_attrs.get("t_start"), (int, float))
-        and isinstance(t.user_attrs.get("t_end"), (int, float))
-        and t.user_attrs["t_start"] > 0
+        if isinstance(t.user_attrs.get(R.T_START), (int, float))
+        and isinstance(t.user_attrs.get(R.T_END), (int, float))
+        and t.user_attrs[R.T_START] > 0
     ]
     if not trials:
         raise ValueError("no trial has run on a host yet")
     fig = go.Figure()
     shown: set[str] = set()
-    hosts = sorted({str(t.user_attrs.get("host") or "?") for t in trials})
-    for t in sorted(trials, key=lambda t: t.user_attrs["t_start"]):
+    hosts = sorted({str(t.user_attrs.get(R.HOST) or "?") for t in trials})
+    for t in sorted(trials, key=lambda t: t.user_attrs[R.T_START]):
         oc = outcome(t)
-        t0, t1 = float(t.user_attrs["t_start"]), float(t.user_attrs["t_end"])
+        t0, t1 = float(t.user_attrs[R.T_START]), float(t.user_attrs[R.T_END])
         start = dt.datetime.fromtimestamp(t0)
         fig.add_trace(
             go.Bar(
-                y=[str(t.user_attrs.get("host") or "?")],
+                y=[str(t.user_attrs.get(R.HOST) or "?")],
                 x=[max(t1 - t0, 0.5) * 1000.0],
                 base=[start.isoformat()],
                 orientation="h",
@@ -437,7 +438,7 @@ def _header(study: optuna.Study) -> str:
     cards = []
     if best is not None:
         cards.append(
-            ("best configuration", html.escape(str(best.user_attrs.get("config") or f"trial {best.number}")), "small")
+            ("best configuration", html.escape(str(best.user_attrs.get(R.CONFIG) or f"trial {best.number}")), "small")
         )
         cards.append(("best tok/s", f"{best.value:.1f} <span style='font-size:13px'>(trial {best.number})</span>", ""))
         if base:
@@ -448,13 +449,13 @@ def _header(study: optuna.Study) -> str:
         cards.append(("best configuration", "no feasible trial yet", "small"))
     cards.append(("baseline tok/s", f"{base:.1f}" if base else "not measured", ""))
     cards.append(("trials", " ".join(f"{_pill(k)}&nbsp;{n}" for k, n in sorted(counts.items())) or "none", "small"))
-    launched = sum(1 for t in trials if t.user_attrs.get("launched"))
+    launched = sum(1 for t in trials if t.user_attrs.get(R.LAUNCHED))
     cards.append(("server launches", str(launched), ""))
     body = "".join(f"<div class='card'><div class='k'>{k}</div><div class='v {c}'>{v}</div></div>" for k, v, c in cards)
     flags = ""
-    if best is not None and best.user_attrs.get("flags"):
-        f = redact_attrs(best.user_attrs["flags"])
-        env = redact_attrs(best.user_attrs.get("env") or {})
+    if best is not None and best.user_attrs.get(R.FLAGS):
+        f = redact_attrs(best.user_attrs[R.FLAGS])
+        env = redact_attrs(best.user_attrs.get(R.ENV) or {})
         line = (
             " ".join(f"{k}={v}" for k, v in env.items())
             + (" " if env else "")
@@ -484,20 +485,20 @@ def _table(study: optuna.Study) -> str:
         ua = t.user_attrs
         val = t.value if feasible(t) else None
         gain = f"{val / base - 1:+.1%}" if val is not None and base else ""
-        reason = ua.get("failure_reason") or (f"duplicate of {ua['duplicate_of']}" if "duplicate_of" in ua else "")
-        if outcome(t) == "pruned" and ua.get("pruned_at_chunk") is not None:
-            reason = f"pruned after chunk {ua['pruned_at_chunk']}"
+        reason = ua.get(R.FAILURE_REASON) or (f"duplicate of {ua[R.DUPLICATE_OF]}" if "duplicate_of" in ua else "")
+        if outcome(t) == "pruned" and ua.get(R.PRUNED_AT_CHUNK) is not None:
+            reason = f"pruned after chunk {ua[R.PRUNED_AT_CHUNK]}"
         cells = [
             str(t.number),
-            html.escape(str(ua.get("config", ""))) + (" <b>(baseline)</b>" if ua.get("baseline") else ""),
+            html.escape(str(ua.get(R.CONFIG, ""))) + (" <b>(baseline)</b>" if ua.get(R.BASELINE) else ""),
             _pill(outcome(t)),
             _num(val),
             gain,
-            _num(ua.get("accept_length"), "{:.2f}"),
+            _num(ua.get(R.ACCEPT_LENGTH), "{:.2f}"),
             _num(ua.get("ttft_ms_p50")),
             _num(ua.get("itl_ms_p50"), "{:.2f}"),
-            _num(ua.get("boot_s")),
-            html.escape(str(ua.get("host", ""))),
+            _num(ua.get(R.BOOT_S)),
+            html.escape(str(ua.get(R.HOST, ""))),
             html.escape(str(reason)[:160]),
         ]
         rows.append(
@@ -553,10 +554,10 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
     sub = " · ".join(
         html.escape(str(x))
         for x in (
-            f"space {attrs['space']}" if attrs.get("space") else "",
-            f"created {attrs['created']}" if attrs.get("created") else "",
+            f"space {attrs[R.SPACE]}" if attrs.get(R.SPACE) else "",
+            f"created {attrs[R.CREATED]}" if attrs.get(R.CREATED) else "",
             f"report written {time.strftime('%Y-%m-%d %H:%M:%S')}",
-            f"optimizer {attrs['optimizer_version']}" if attrs.get("optimizer_version") else "",
+            f"optimizer {attrs[R.OPTIMIZER_VERSION]}" if attrs.get(R.OPTIMIZER_VERSION) else "",
         )
         if x
     )

@@ -36,6 +36,8 @@ class Ledger:
 
 
 class ModelExecutor:
+    """A simulated cluster behind the driver's ``optimizer.executors.Executor`` interface."""
+
     def __init__(
         self,
         profile: str,
@@ -70,6 +72,9 @@ class ModelExecutor:
 
     def cancel_all(self) -> None:
         pass
+
+    def kill_servers(self, timeout_s: float = 10.0) -> None:
+        pass  # simulated servers need no killing
 
     def join(self, timeout_s: float) -> None:
         pass

@@ -23,6 +23,7 @@ from .hosts.base import Host
 from .loadgen.client import BenchResult, ChunkResult, run_benchmark
 from .loadgen.workload import Workload
 from .readiness import log_tail, wait_ready
+from .redact import redact_log, redact_mapping
 from .sglang import fatal_settings
 
 Emit = Callable[[Any], None]
@@ -74,8 +75,6 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
     def phase(name: str, detail: str = "") -> None:
         emit(PhaseEvent(trial=spec.number, host=host.name, phase=name, detail=detail))
 
-    from .notes import redact_log
-
     phase("starting", redact_log(spec.candidate.short()))  # shown in progress lines: secrets masked
     try:
         port = host.pick_port()
@@ -86,8 +85,6 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         if "NCCL_DEBUG" not in env and "NCCL_DEBUG" not in os.environ:
             # NCCL says why a collective cannot run only at WARN or above; the fatal-setting rules read that line
             env["NCCL_DEBUG"] = "WARN"
-        from .redact import redact_mapping
-
         (trial_dir / "command.sh").write_text(  # a record for humans: secrets masked
             "".join(f"export {k}={shlex.quote(str(v))}\n" for k, v in redact_mapping(env).items())
             + redact_log(shlex.join(argv))

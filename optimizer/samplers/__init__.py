@@ -1,0 +1,36 @@
+"""The study's sampler, chosen by name (``sampler.name`` in the study file; names are checked by
+``optimizer.settings.SamplerConfig``). A sampler with more than a constructor call gets its own module here."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import optuna
+
+from ..settings import StudyConfig
+
+
+def make_sampler(cfg: StudyConfig) -> optuna.samplers.BaseSampler:
+    s = cfg.sampler
+    if s.name == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    if s.name == "tpe-plain":
+        return optuna.samplers.TPESampler(seed=s.seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # `gamma` is deprecated in Optuna 5 (removed in 6)
+        return optuna.samplers.TPESampler(
+            seed=s.seed,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            n_startup_trials=s.n_startup_trials,
+            gamma=_gamma_with_baseline,
+        )
+
+
+def _gamma_with_baseline(n: int) -> int:
+    """Optuna's default split plus one: the parameterless baseline trial often sits in TPE's 'good' set early
+    on (untuned speculation is slower than no speculation) and teaches it nothing. Measured on the simulator's
+    profiles over 120 seeds: Kimi's median restarts to 98 % fell by 3-5, the others did not change."""
+    return min(math.ceil(0.1 * n), 25) + 1

@@ -1,0 +1,290 @@
+"""The driver: the only writer of the study. It asks for candidates, hands them to idle hosts, reports chunks,
+prunes, and tells results; resuming (``resume``), host bookkeeping (``scheduling``) and what is written on each
+trial (``recording``) live beside it.
+
+What it adds to plain TPE, each of which saves restarts:
+- the baseline (no speculation) is measured first, and SGLang's own default triple second (a strong prior);
+- candidates SGLang would reject, or whose tree breaks its runtime limit, are recorded as constraint violations
+  without a launch;
+- a candidate equal, after SGLang's normalisation, to one already measured is not launched again;
+- configurations that crash, run out of memory or hang are constraint violations (the sampler avoids them), not
+  FAILs (TPE ignores FAILs and would suggest them again);
+- host faults re-queue the trial on another host and never mark the configuration.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import time
+from typing import Any
+
+import optuna
+
+from ..events import ChunkEvent, PhaseEvent, TrialResult
+from ..executors import Executor
+from ..hosts.config import HostConfig
+from ..progress import Progress
+from ..settings import StudyConfig
+from ..space import SearchSpace
+from ..trial import TrialSpec
+from . import records as R
+from .recording import Recorder, stamp
+from .resume import WarmStart, reap_orphans, requeue_interrupted
+from .scheduling import Active, HostPool
+from .storage import load_or_create
+
+MAX_IDLE_ASKS = 200  # asks in a row that launch nothing: the space is exhausted
+
+
+class Driver:
+    def __init__(
+        self,
+        cfg: StudyConfig,
+        space: SearchSpace,
+        hosts: list[HostConfig],
+        executor: Executor,
+        *,
+        progress: Progress | None = None,
+        study: optuna.Study | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.space = space
+        self.hosts = hosts
+        self.executor = executor
+        self.progress = progress or Progress()
+        self.study = study or load_or_create(cfg)
+        self.arch = space.model.architecture
+        self.pool = HostPool(hosts)
+        self.record = Recorder(self.study, cfg, note=self.note, told=lambda f: self.progress.finished(self, f))
+        self.warm: WarmStart | None = None
+        self.active: dict[int, Active] = {}
+        self.t0 = time.time()
+        self.stopping = False
+        self.interrupts = 0
+        self.idle_asks = 0
+        self.boot_times: list[float] = []
+        self.bench_times: list[float] = []
+
+    # Host state, as the live display and the tests read it.
+    @property
+    def pending(self) -> list[Active]:
+        return self.pool.pending
+
+    @property
+    def busy(self) -> dict[str, int]:
+        return self.pool.busy
+
+    @property
+    def quarantined(self) -> set[str]:
+        return self.pool.quarantined
+
+    @property
+    def host_phase(self) -> dict[str, tuple[str, int | None, float]]:
+        return self.pool.phase
+
+    def note(self, text: str) -> None:
+        self.progress.note(self, text)
+
+    # ------------------------------------------------------------------ budget
+    def launched(self) -> int:
+        return R.launched_count(self.study)
+
+    def budget_left(self) -> int:
+        return max(0, self.cfg.budget.trials - self.launched() - len(self.active))
+
+    def time_left(self) -> bool:
+        return self.cfg.budget.time_s is None or time.time() - self.t0 < self.cfg.budget.time_s
+
+    def eta_s(self) -> float | None:
+        if not self.boot_times:
+            return None
+        per_trial = sum(self.boot_times) / len(self.boot_times) + (
+            sum(self.bench_times) / len(self.bench_times) if self.bench_times else 0.0
+        )
+        return per_trial * (self.budget_left() / self.pool.usable())
+
+    # ------------------------------------------------------------------ run
+    def prepare(self) -> None:
+        """Resume what a dead run left: its RUNNING trials are re-queued, its servers stopped."""
+        stamp(self.study, self.cfg)
+        requeued = requeue_interrupted(self.study, skip=self.active)
+        if requeued:
+            self.note(f"resumed: {requeued} interrupted trial(s) re-queued")
+        reap_orphans(self.executor, self.note)
+        self.warm = WarmStart(self.study, self.cfg, self.space)
+
+    def run(self) -> optuna.Study:
+        self.prepare()
+        self.progress.start(self)
+        old = signal.getsignal(signal.SIGINT)
+        try:
+            signal.signal(signal.SIGINT, self._on_sigint)
+        except ValueError:
+            old = None  # not the main thread
+        try:
+            self._loop()
+        except KeyboardInterrupt:
+            self.force_stop()
+            raise
+        finally:
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+            self.progress.stop(self)
+        return self.study
+
+    def _loop(self) -> None:
+        while True:
+            if not self.stopping:
+                self._fill_hosts()
+            if not self.active and not self.pending:
+                break
+            if self.stopping and not self.active:  # stopping: trials waiting for a host will not get one
+                self.force_stop("the study stopped before this trial got a host; re-queued")
+                break
+            if not self.active and self.pending and not self.pool.free():
+                self.note("every host is quarantined: stopping")
+                for a in self.pending:
+                    self.record.fail(a, "no usable host left (all quarantined)")
+                self.pending.clear()
+                break
+            try:
+                ev = self.executor.events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self._handle(ev)
+        self.record.fail_waiting("its original trial did not finish")
+
+    def _fill_hosts(self) -> None:
+        while self.pool.free():
+            if self.pending:
+                a = self.pool.take_pending()
+                if a is None:
+                    return
+            else:
+                if self.budget_left() <= 0 or not self.time_left() or self.idle_asks >= MAX_IDLE_ASKS:
+                    return
+                a = self._ask()
+                if a is None:
+                    continue
+            host = self.pool.assign(a)
+            self.active[a.trial.number] = a
+            a.trial.set_user_attr(R.HOST, host)
+            self.executor.submit(host, a.spec)
+
+    # ------------------------------------------------------------------ stopping
+    def force_stop(self, reason: str = "forced stop (second Ctrl-C) while this trial ran; re-queued") -> None:
+        """A second Ctrl-C: kill the servers now; record running trials as interrupted and re-queue them (as the
+        next run would for a driver that died). Also ends a stop with trials still waiting for a host."""
+        self.stopping = True
+        self.executor.kill_servers()
+        for a in [*self.active.values(), *self.pending]:
+            self.record.interrupted(a, reason)
+        self.active.clear()
+        self.pending.clear()
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.interrupts += 1
+        if self.interrupts >= 2:
+            raise KeyboardInterrupt
+        self.stopping = True
+        self.note("stopping: servers are being stopped and running trials recorded (Ctrl-C again to force)")
+        self.executor.cancel_all()
+
+    # ------------------------------------------------------------------ asking
+    def _ask(self) -> Active | None:
+        """Ask the sampler for a candidate; settle it at once if it needs no launch."""
+        trial = self.study.ask()
+        if self.warm is not None and self.warm.take_baseline():
+            cand = self.space.baseline()
+            trial.set_user_attr(R.BASELINE, True)
+            trial.set_user_attr(R.BASELINE_PARAMS, self.space.baseline_params())
+            self.warm.enqueue()  # after the baseline's ask, which would otherwise take the queued trial
+        else:
+            cand = self.space.suggest(trial)
+        key = cand.key(architecture=self.arch)
+        self.record.describe(trial, self.space, cand, key)
+        a = Active(trial=trial, candidate=cand, key=key, spec=self._spec(trial.number, cand))
+        if self.cfg.precheck:
+            checks = self.space.checks(cand, gpu_sm=self.cfg.gpu_sm)
+            if any(c.value > 0 for c in checks):
+                reason = "; ".join(c.reason for c in checks if c.value > 0)
+                self.record.infeasible(a, reason, kind="precheck", checks={c.name: c.value for c in checks})
+                self.idle_asks += 1
+                return None
+        if self.record.learned_fatal(a):
+            self.idle_asks += 1
+            return None
+        if self.cfg.dedup:
+            done = R.measured_keys(self.study).get(key)
+            if done is not None:
+                self.record.duplicate(a, done)
+                self.idle_asks += 1
+                return None
+            if any(o.key == key for o in self.active.values()):
+                self.record.waiting_dups.append(a)
+                self.idle_asks += 1
+                return None
+        self.idle_asks = 0
+        return a
+
+    def _spec(self, number: int, cand: Any) -> TrialSpec:
+        server = self.cfg.server
+        return TrialSpec(
+            number=number,
+            candidate=cand,
+            command=list(server.command),
+            workload=self.cfg.workload,
+            trial_dir=str(self.cfg.study_dir / "trials" / str(number)),
+            extra_args=list(server.extra_args),
+            server_env=dict(server.env),
+            boot_timeout_s=server.boot_timeout_s,
+            poll_s=server.poll_s,
+            stop_timeout_s=server.stop_timeout_s,
+            study=self.cfg.study,
+            protected=cand.is_baseline,
+        )
+
+    # ------------------------------------------------------------------ events
+    def _handle(self, ev: Any) -> None:
+        if isinstance(ev, PhaseEvent):
+            self.host_phase[ev.host] = (ev.phase, ev.trial, ev.t)
+        elif isinstance(ev, ChunkEvent):
+            self._chunk(ev)
+        elif isinstance(ev, TrialResult):
+            self._finish(ev)
+        self.progress.event(self, ev)
+
+    def _chunk(self, ev: ChunkEvent) -> None:
+        a = self.active.get(ev.trial)
+        if a is None or ev.tok_per_s != ev.tok_per_s:  # NaN: nothing measured
+            return
+        if ev.index not in a.reported:
+            a.trial.report(ev.tok_per_s, step=ev.index)
+            a.reported.add(ev.index)
+        # Pruning at the last chunk saves nothing and would throw the finished measurement away.
+        last = ev.index >= a.spec.workload.chunks - 1
+        if not a.spec.protected and not self.stopping and not last and a.trial.should_prune():
+            a.trial.set_user_attr(R.PRUNED_AT_CHUNK, ev.index)
+            self.executor.prune(ev.trial)
+
+    def _finish(self, r: TrialResult) -> None:
+        a = self.active.pop(r.trial, None)
+        self.pool.release(r.host, r.trial)
+        if a is None:
+            return
+        if r.status == "host_fault":
+            if self.pool.fault(r.host):
+                self.note(f"[{r.host}] quarantined after {self.pool.faults[r.host]} host faults: {r.reason}")
+            self.record.host_fault(a, r.host, r.reason)
+            if not self.stopping and self.pool.requeue(a):
+                self.note(f"[{r.host}] host fault on trial {r.trial} ({r.reason}); re-queued")
+            else:
+                self.record.fail(a, f"host fault: {r.reason}", r)
+            return
+        self.pool.healthy(r.host)
+        if r.boot_s is not None:
+            self.boot_times.append(r.boot_s)
+        if r.metrics:
+            self.bench_times.append(max(0.0, r.t_end - r.t_start - (r.boot_s or 0.0)))
+        self.record.result(a, r)

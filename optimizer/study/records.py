@@ -1,0 +1,123 @@
+"""What the study records, by name: the user attributes the driver writes on trials and on the study (read back by
+the notes, the report, the export, the pruner and the benchmarks), and the helpers that pick trials by them.
+
+Names are stored in the study's storage: renaming a value here breaks reading older studies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+# ---------------------------------------------------------------------- trial user attributes
+BASELINE = "baseline"  # True on the parameterless baseline trial (never pruned, never re-queued)
+BASELINE_PARAMS = "baseline_params"  # the space's values that mean "no speculation"
+CONFIG = "config"  # the candidate described for humans (secrets masked)
+CANDIDATE_KEY = "candidate_key"  # SGLang-normalised key: equal keys are duplicates
+FLAGS = "flags"
+ENV = "env"
+HOST = "host"
+LAUNCHED = "launched"  # True once a server was started for the trial: counts against the budget
+T_START = "t_start"
+T_END = "t_end"
+BOOT_S = "boot_s"
+BOOT_PHASES = "boot_phases"
+LOG_PATH = "log_path"
+RECORDS_PATH = "records_path"
+LOG_TAIL = "log_tail"
+OUTCOME = "outcome"
+FAILURE_KIND = "failure_kind"
+FAILURE_REASON = "failure_reason"
+DUPLICATE_OF = "duplicate_of"
+REQUEUED_FROM = "requeued_from"
+WARM_START = "warm_start"
+PRUNED_AT_CHUNK = "pruned_at_chunk"
+FATAL_SETTING = "fatal_setting"  # {name, value, line}: a setting this trial's log proved fatal on its own
+SKIPPED_FOR_FATAL = "skipped_for_fatal"  # the learned fatal setting (and its trial) a candidate held
+HOST_FAULT_PREFIX = "host_fault_"  # host_fault_<attempt>: "<host>: <reason>"
+CONSTRAINT_PREFIX = "constraint:"  # mirrors trial.set_constraint: optuna-dashboard 0.21 does not show constraints
+# Benchmark metrics are stored under their own names (optimizer.loadgen.client.BenchResult); these two are read back.
+TOK_PER_S = "tok_per_s"
+ACCEPT_LENGTH = "accept_length"
+
+# Values of OUTCOME.
+COMPLETE = "complete"
+PRUNED = "pruned"
+INFEASIBLE = "infeasible"
+FAILED = "failed"
+DUPLICATE = "duplicate"
+INTERRUPTED = "interrupted"
+
+# ---------------------------------------------------------------------- study user attributes
+OPTIMIZER_VERSION = "optimizer_version"
+SERVER_COMMAND = "server_command"
+SPACE = "space"
+WORKLOAD = "workload"
+CREATED = "created"
+BASELINE_TOK_PER_S = "baseline_tok_per_s"
+BASELINE_TRIAL = "baseline_trial"
+
+
+def constraint_attr(name: str) -> str:
+    return CONSTRAINT_PREFIX + name
+
+
+def host_fault_attr(attempt: int) -> str:
+    return f"{HOST_FAULT_PREFIX}{attempt}"
+
+
+def outcome(t: FrozenTrial) -> str:
+    """The recorded outcome, or the Optuna state for a trial the driver did not settle."""
+    return str(t.user_attrs.get(OUTCOME) or t.state.name.lower())
+
+
+def feasible(t: FrozenTrial) -> bool:
+    return t.state == TrialState.COMPLETE and t.value is not None and all(v <= 0 for v in t.constraints.values())
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    done = [t for t in study.get_trials(deepcopy=False) if feasible(t) and not t.user_attrs.get(DUPLICATE_OF)]
+    return max(done, key=lambda t: t.value) if done else None  # type: ignore[arg-type, return-value]
+
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(BASELINE) and feasible(t) and not t.user_attrs.get(DUPLICATE_OF):
+            return t
+    return None
+
+
+def launched_count(study: optuna.Study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.user_attrs.get(LAUNCHED))
+
+
+def measured_keys(study: optuna.Study) -> dict[str, FrozenTrial]:
+    """Candidate key -> the first trial that measured it (completed or pruned, not itself a duplicate)."""
+    out: dict[str, FrozenTrial] = {}
+    for t in study.get_trials(deepcopy=False):
+        key = t.user_attrs.get(CANDIDATE_KEY)
+        if key and t.state in (TrialState.COMPLETE, TrialState.PRUNED) and not t.user_attrs.get(DUPLICATE_OF):
+            out.setdefault(key, t)
+    return out
+
+
+def summary_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        ua = t.user_attrs
+        rows.append(
+            {
+                "trial": t.number,
+                "config": ua.get(CONFIG, ""),
+                "outcome": ua.get(OUTCOME, t.state.name.lower()),
+                "tok_per_s": t.value if feasible(t) else None,
+                "accept_length": ua.get(ACCEPT_LENGTH),
+                "boot_s": ua.get(BOOT_S),
+                "host": ua.get(HOST, ""),
+                "reason": ua.get(FAILURE_REASON, "")
+                or (f"duplicate of {ua[DUPLICATE_OF]}" if DUPLICATE_OF in ua else ""),
+            }
+        )
+    return rows

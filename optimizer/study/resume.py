@@ -1,0 +1,100 @@
+"""Starting a run on a study: resume what a dead run left behind, and the warm starts asked before the sampler's
+own suggestions (the baseline first, then the study's ``initial`` configurations and SGLang's default triple)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from .. import rules
+from ..settings import StudyConfig
+from ..space import NONE_ALGO, SearchSpace
+from . import records as R
+
+
+def requeue_interrupted(study: optuna.Study, *, skip: Container[int] = ()) -> int:
+    """Mark the RUNNING trials a dead run left as FAIL (interrupted) and re-queue their configurations. Returns how
+    many were re-queued; the baseline counts but is not enqueued (it has no parameters: it is asked again)."""
+    requeued = 0
+    # Re-queue before marking FAIL, and never twice: a driver killed in between leaves a RUNNING trial whose
+    # re-queued copy already exists, and the next run only marks it.
+    already = {t.user_attrs.get(R.REQUEUED_FROM) for t in study.get_trials(deepcopy=False)}
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if t.number in skip:
+            continue
+        if t.user_attrs.get(R.BASELINE):
+            requeued += 1
+        elif t.params and not t.user_attrs.get(R.REQUEUED_FROM):
+            if t.number not in already:
+                study.enqueue_trial(t.params, user_attrs={R.REQUEUED_FROM: t.number})
+            requeued += 1
+        trial = optuna.Trial(study, t._trial_id)
+        trial.set_user_attr(R.OUTCOME, R.INTERRUPTED)
+        trial.set_user_attr(R.FAILURE_REASON, "the driver stopped while this trial ran; re-queued")
+        study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
+    return requeued
+
+
+def reap_orphans(executor: Any, note: Callable[[str], None]) -> None:
+    """Stop the servers a previous run left on the hosts."""
+    for host, pgids in executor.reap_orphans().items():
+        if pgids:
+            note(f"[{host}] stopped {len(pgids)} server(s) left by a previous run: {pgids}")
+
+
+class WarmStart:
+    """What is asked before the sampler's own suggestions. The baseline is a trial without parameters (so the
+    sampler never searches 'no speculation' unless the space lists 'none'), asked first; the warm starts are
+    enqueued after its ask, which would otherwise take the first queued trial."""
+
+    def __init__(self, study: optuna.Study, cfg: StudyConfig, space: SearchSpace) -> None:
+        self.study = study
+        self.cfg = cfg
+        self.space = space
+        trials = study.get_trials(deepcopy=False)
+        has_baseline = any(t.user_attrs.get(R.BASELINE) and t.state != TrialState.FAIL for t in trials)
+        self.baseline_due = space.model.baseline and not has_baseline
+        self.warm_due = not trials
+        if not self.baseline_due:
+            self.enqueue()
+
+    def take_baseline(self) -> bool:
+        """True once, for the ask that should be the baseline."""
+        if not self.baseline_due:
+            return False
+        self.baseline_due = False
+        return True
+
+    def enqueue(self) -> None:
+        """The study's ``initial`` configurations, then SGLang's own default triple (TPE only); once, on a new study."""
+        if not self.warm_due:
+            return
+        self.warm_due = False
+        for i, params in enumerate(self.cfg.initial):
+            self.study.enqueue_trial(dict(params), user_attrs={R.WARM_START: f"initial[{i}]"})
+        warm = sglang_default_params(self.space) if self.cfg.sampler.name == "tpe" else None
+        if warm:
+            self.study.enqueue_trial(warm, user_attrs={R.WARM_START: "sglang auto default"})
+
+
+def sglang_default_params(space: SearchSpace) -> dict[str, Any] | None:
+    """SGLang's own auto triple for the architecture, if the space contains it: a strong first guess."""
+    params = space.params
+    algo = params.get(rules.ALGO)
+    choices = [c for c in getattr(algo, "choices", []) if str(c).lower() != NONE_ALGO]
+    if not choices:
+        return None
+    steps, topk, draft = rules.auto_triple(space.model.architecture, rules.algorithm({rules.ALGO: choices[0]}))
+    out: dict[str, Any] = {k: v for k, v in space.baseline_params().items() if k != rules.ALGO}
+    out[rules.ALGO] = choices[0]
+    for name, value in ((rules.STEPS, steps), (rules.TOPK, topk), (rules.DRAFT, draft)):
+        p = params.get(name)
+        if p is None or (name == rules.DRAFT and topk == 1):
+            continue
+        if value not in p.values():
+            return None
+        out[name] = value
+    return out
