@@ -26,7 +26,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.sim.model import load_profile  # noqa: E402
+from optimizer.sim.profiles import load_profile  # noqa: E402
 
 EAGLE = "EAGLE3"
 CONFIGS = [

@@ -20,12 +20,12 @@ import numpy as np
 import optuna
 import yaml
 
-from optimizer import rules
 from optimizer.hosts.config import local_host
 from optimizer.loadgen.workload import Workload
 from optimizer.pruning import make_pruner
 from optimizer.settings import parse_study
-from optimizer.sim.model import load_profile
+from optimizer.sglang import flags as sgl
+from optimizer.sim.profiles import load_profile
 from optimizer.simexec import CATEGORY_MIX, STOP_S, ModelExecutor
 from optimizer.space import SearchSpace, parse_space
 from optimizer.study import Driver, Progress, make_sampler
@@ -190,10 +190,10 @@ def grid_order(space: SearchSpace, tr: dict[str, Any]) -> list[tuple[Any, Any]]:
         outer = tuple(str(cand.env.get(k, "")) for k in sorted(cand.env)) + (str(f.get("disable-custom-all-reduce")),)
         if cand.is_baseline:
             return (outer, -1, 0, 0)
-        return (outer, f.get(rules.STEPS, 0), f.get(rules.TOPK, 0), f.get(rules.DRAFT, 0))
+        return (outer, f.get(sgl.STEPS, 0), f.get(sgl.TOPK, 0), f.get(sgl.DRAFT, 0))
 
     items = [
-        (c, ev) for c, ev in tr["grid"] if c.is_baseline or rules.bench_speculative_ok(*rules.resolved_triple(c.flags))
+        (c, ev) for c, ev in tr["grid"] if c.is_baseline or sgl.bench_speculative_ok(*sgl.resolved_triple(c.flags))
     ]
     return sorted(items, key=order)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from . import rules
+from .sglang import flags as sgl
 
 UNSET = "unset"
 
@@ -30,10 +30,10 @@ class Candidate:
 
     @property
     def is_baseline(self) -> bool:
-        return rules.algorithm(self.flags) is None
+        return sgl.algorithm(self.flags) is None
 
     def normalized(self, *, architecture: str | None = None) -> Candidate:
-        flags, _ = rules.normalize(self.flags, architecture=architecture)
+        flags, _ = sgl.normalize(self.flags, architecture=architecture)
         return Candidate(flags=dict(sorted(flags.items())), env=_clean_env(self.env))
 
     def key(self, *, architecture: str | None = None) -> str:
@@ -72,8 +72,8 @@ class Candidate:
         if self.is_baseline:
             head = "baseline"
         else:
-            steps, topk, draft = rules.resolved_triple(self.flags)
-            head = f"{rules.algorithm(self.flags)} s{steps} k{topk} d{draft}"
+            steps, topk, draft = sgl.resolved_triple(self.flags)
+            head = f"{sgl.algorithm(self.flags)} s{steps} k{topk} d{draft}"
         env = _clean_env(self.env)
         extras = [f"{k.removeprefix('NCCL_').lower()}={v}" for k, v in env.items()]
         if self.flags.get("disable-custom-all-reduce"):

@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .events import TrialResult
-from .hosts.config import HostConfig, make_host
+from .hosts import _proc
+from .hosts.config import HostConfig
+from .hosts.factory import make_host
+from .hosts.local import LocalHost
 from .trial import Controls, TrialSpec, run_trial
 
 
@@ -78,9 +81,6 @@ def _kill_current(host: Any) -> None:
     cur = getattr(host, "_current", None)
     if cur is None or getattr(cur, "_stopped", False):
         return
-    from .hosts import _proc
-    from .hosts.local import LocalHost
-
     if isinstance(host, LocalHost):
         _proc.stop_group(int(cur.pgid), 0.0)  # no lock: the trial's own stop() may hold it
         return

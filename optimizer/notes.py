@@ -28,6 +28,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .redact import redact_attrs, redact_log
+from .sglang.logs import BOOT_PHASE_NAMES
 from .study import records as R
 from .study.records import baseline_trial, best_trial, outcome
 
@@ -57,17 +58,6 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("failed", "requests failed", ""),
     ("chunks_run", "chunks run", ""),
     ("boot_s", "boot", "s"),
-)
-
-BOOT_PHASES = (
-    "server_args",
-    "dist_init",
-    "weights_loaded",
-    "memory_pool",
-    "cuda_graph_begin",
-    "cuda_graph_end",
-    "http_up",
-    "ready_line",
 )
 
 
@@ -134,7 +124,7 @@ def boot_rows(phases: Mapping[str, Any]) -> list[tuple[str, float, float]]:
     """(phase, seconds since launch, seconds since the previous phase), in time order."""
     items = sorted(
         ((str(k), float(v)) for k, v in (phases or {}).items() if isinstance(v, (int, float))),
-        key=lambda kv: (kv[1], BOOT_PHASES.index(kv[0]) if kv[0] in BOOT_PHASES else 99),
+        key=lambda kv: (kv[1], BOOT_PHASE_NAMES.index(kv[0]) if kv[0] in BOOT_PHASE_NAMES else 99),
     )
     out, prev = [], 0.0
     for name, at in items:

@@ -7,7 +7,6 @@ nothing). The log is read incrementally, so the cost per poll does not grow with
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,33 +16,8 @@ import httpx
 
 from .errors import BootError
 from .hosts.base import ServerHandle
-
-# SGLang's fatal lines (SGLANG.md). A Python traceback alone is not fatal (SGLang logs handled ones), but one that
-# ends in ValueError/AssertionError during start-up is a rejected flag combination.
-FATAL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("oom", re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static")),
-    ("oom", re.compile(r"CUDA out of memory|torch\.OutOfMemoryError")),
-    ("cuda_graph", re.compile(r"Capture cuda graph failed")),
-    ("scheduler", re.compile(r"Scheduler hit an exception")),
-    ("child_died", re.compile(r"Received sigquit from a child process")),
-    ("scheduler", re.compile(r"scheduler died during initialization")),
-    ("port", re.compile(r"address already in use|is not available in", re.IGNORECASE)),
-    ("illegal_memory", re.compile(r"illegal memory access")),
-    ("warmup", re.compile(r"Initialization failed\. warmup error")),
-    ("invalid", re.compile(r"^(ValueError|AssertionError)\b", re.MULTILINE)),
-]
-READY_LINE = "The server is fired up and ready to roll!"
-# Start-up phases (first occurrence of each, seconds since launch), for the boot-time breakdown.
-PHASE_PATTERNS: list[tuple[str, str]] = [
-    ("server_args", "server_args="),
-    ("dist_init", "Init torch distributed begin"),
-    ("weights_loaded", "Load weight end"),
-    ("memory_pool", "Memory pool end"),
-    ("cuda_graph_begin", "Capture cuda graph begin"),
-    ("cuda_graph_end", "Capture cuda graph end"),
-    ("http_up", "Uvicorn running"),
-    ("ready_line", READY_LINE),
-]
+from .sglang import endpoints
+from .sglang.logs import BOOT_PHASES, FATAL_PATTERNS
 
 
 def log_tail(path: Path, max_bytes: int = 4000) -> str:
@@ -62,7 +36,8 @@ def log_tail(path: Path, max_bytes: int = 4000) -> str:
 
 
 class LogWatcher:
-    """Reads a growing log file incrementally; finds fatal lines and start-up phases."""
+    """Reads a growing log file incrementally; finds fatal lines and start-up phases (first occurrence of each,
+    seconds since launch)."""
 
     def __init__(self, path: Path, t0: float) -> None:
         self.path = path
@@ -88,7 +63,7 @@ class LogWatcher:
         self.partial = lines.pop()
         now = time.time() - self.t0
         for line in lines:
-            for name, needle in PHASE_PATTERNS:
+            for name, needle in BOOT_PHASES:
                 if name not in self.phases and needle in line:
                     self.phases[name] = round(now, 3)
             # Keep the most specific fatal line seen: SGLang logs the root cause (e.g. 'Not enough memory') inside
@@ -157,7 +132,7 @@ def wait_ready(
             polls += 1
             started = time.time()
             try:
-                resp = client.get(server.base_url + "/health")
+                resp = client.get(server.base_url + endpoints.HEALTH)
                 if resp.status_code == 200:
                     watcher.poll()
                     return Ready(boot_s=round(time.time() - t0, 3), phases=dict(watcher.phases), polls=polls)

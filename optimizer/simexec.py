@@ -18,7 +18,8 @@ import numpy as np
 
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .loadgen.workload import Workload
-from .sim.model import BOOT_FAILURES, load_profile, nccl_warn_lines
+from .sim.model import BOOT_FAILURES, nccl_warn_lines
+from .sim.profiles import load_profile
 from .trial import TrialSpec
 
 CATEGORY_MIX = {"chat": 0.25, "code": 0.25, "math": 0.25, "summarization": 0.25}

@@ -34,9 +34,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from . import expr, rules
+from . import expr
 from .candidate import UNSET, Candidate
 from .errors import ConfigError
+from .sglang import flags as sgl
 
 NONE_ALGO = "none"
 FLAG_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
@@ -160,13 +161,13 @@ class SearchSpace:
         self.model = model
         self.source = source
         self.params: dict[str, Param] = dict(model.parameters)
-        if self._has_spec_params() and rules.ALGO not in self.params and rules.ALGO not in model.fixed:
-            self.params = {rules.ALGO: CategoricalParam(type="categorical", choices=["EAGLE3"]), **self.params}
-        elif rules.ALGO in self.params:
+        if self._has_spec_params() and sgl.ALGO not in self.params and sgl.ALGO not in model.fixed:
+            self.params = {sgl.ALGO: CategoricalParam(type="categorical", choices=["EAGLE3"]), **self.params}
+        elif sgl.ALGO in self.params:
             # The algorithm goes first: every speculative parameter depends on it.
             self.params = {
-                rules.ALGO: self.params[rules.ALGO],
-                **{k: v for k, v in self.params.items() if k != rules.ALGO},
+                sgl.ALGO: self.params[sgl.ALGO],
+                **{k: v for k, v in self.params.items() if k != sgl.ALGO},
             }
         self._when = {}
         self._constraints = []
@@ -202,18 +203,18 @@ class SearchSpace:
                 )
             if name in self.model.fixed:
                 raise self._err(key, "is also in 'fixed': a flag is either fixed or searched, not both")
-            if name == rules.ALGO and isinstance(p, CategoricalParam):
+            if name == sgl.ALGO and isinstance(p, CategoricalParam):
                 for c in p.choices:
-                    if str(c).lower() != NONE_ALGO and rules.algorithm({rules.ALGO: c}) not in rules.KNOWN_ALGORITHMS:
+                    if str(c).lower() != NONE_ALGO and sgl.algorithm({sgl.ALGO: c}) not in sgl.KNOWN_ALGORITHMS:
                         raise self._err(
                             f"{key}.choices",
                             f"{c!r} is not an SGLang speculative algorithm; "
-                            f"allowed: {', '.join(rules.KNOWN_ALGORITHMS)} (or 'none')",
+                            f"allowed: {', '.join(sgl.KNOWN_ALGORITHMS)} (or 'none')",
                         )
-            if name in rules.SPEC_TRIPLE and not isinstance(p, (IntParam, CategoricalParam)):
+            if name in sgl.SPEC_TRIPLE and not isinstance(p, (IntParam, CategoricalParam)):
                 raise self._err(key, "must be of type 'int' or 'categorical' (SGLang takes an integer)")
-            if name in rules.SPEC_TRIPLE:
-                lowest = 2 if name == rules.DRAFT else 1
+            if name in sgl.SPEC_TRIPLE:
+                lowest = 2 if name == sgl.DRAFT else 1
                 vals = p.values()
                 bad = [v for v in vals if not isinstance(v, int) or isinstance(v, bool) or v < lowest]
                 if bad:
@@ -255,8 +256,8 @@ class SearchSpace:
 
     # ----------------------------------------------------------------- sampling
     def _active(self, name: str, values: Mapping[str, Any]) -> bool:
-        if name != rules.ALGO and name.startswith("speculative-"):
-            if rules.algorithm({rules.ALGO: values.get(rules.ALGO)}) is None:
+        if name != sgl.ALGO and name.startswith("speculative-"):
+            if sgl.algorithm({sgl.ALGO: values.get(sgl.ALGO)}) is None:
                 return False
         tree = self._when.get(name)
         if tree is None:
@@ -292,15 +293,15 @@ class SearchSpace:
         for name, value in active.items():
             if ENV_NAME.match(name):
                 env[name] = UNSET if value is None else str(value)
-            elif name == rules.ALGO and rules.algorithm({rules.ALGO: value}) is None:
+            elif name == sgl.ALGO and sgl.algorithm({sgl.ALGO: value}) is None:
                 continue
             else:
                 flags[name] = value
-        if rules.algorithm(flags) is None:
+        if sgl.algorithm(flags) is None:
             flags = {k: v for k, v in flags.items() if not k.startswith("speculative-")}
-        elif flags.get(rules.STEPS) is not None and flags.get(rules.DRAFT) is None and flags.get(rules.TOPK) == 1:
+        elif flags.get(sgl.STEPS) is not None and flags.get(sgl.DRAFT) is None and flags.get(sgl.TOPK) == 1:
             # SGLang wants all three or none; with topk 1 the draft-token count is steps + 1 anyway.
-            flags[rules.DRAFT] = int(flags[rules.STEPS]) + 1
+            flags[sgl.DRAFT] = int(flags[sgl.STEPS]) + 1
         return Candidate(flags=flags, env={k: v for k, v in env.items() if v != UNSET})
 
     def default_value(self, name: str) -> Any:
@@ -322,9 +323,9 @@ class SearchSpace:
     def baseline_params(self) -> dict[str, Any]:
         """Parameter values of the baseline trial: no speculation, every other parameter at its default (NCCL
         unset, custom all-reduce on), so the gain over the baseline is the gain over an untuned launch."""
-        out: dict[str, Any] = {rules.ALGO: NONE_ALGO}
+        out: dict[str, Any] = {sgl.ALGO: NONE_ALGO}
         for name in self.params:
-            if name == rules.ALGO or name.startswith("speculative-"):
+            if name == sgl.ALGO or name.startswith("speculative-"):
                 continue
             value = self.default_value(name)
             if value is not None or isinstance(self.params[name], CategoricalParam):
@@ -375,7 +376,7 @@ class SearchSpace:
     def checks(self, cand: Candidate, *, gpu_sm: int = 90) -> list[Check]:
         """SGLang's start-up rules, its runtime tree limit, and the user's constraints, as Optuna constraints."""
         out: list[Check] = []
-        violations = rules.startup_violations(cand.flags, architecture=self.model.architecture, gpu_sm=gpu_sm)
+        violations = sgl.startup_violations(cand.flags, architecture=self.model.architecture, gpu_sm=gpu_sm)
         out.append(
             Check(
                 "sglang_startup",
@@ -385,23 +386,23 @@ class SearchSpace:
         )
         limit = 0.0
         reason = ""
-        if not cand.is_baseline and rules.algorithm(cand.flags) in rules.EAGLE_FAMILY and not violations:
-            steps, topk, draft = rules.resolved_triple(cand.flags, architecture=self.model.architecture)
-            excess = (draft - 1) - (topk + (steps - 1) * topk * topk)
+        if not cand.is_baseline and sgl.algorithm(cand.flags) in sgl.EAGLE_FAMILY and not violations:
+            steps, topk, draft = sgl.resolved_triple(cand.flags, architecture=self.model.architecture)
+            excess = (draft - 1) - sgl.tree_limit(steps, topk)
             if excess > 0:
                 limit = float(excess)
                 reason = (
                     f"num_draft_tokens - 1 = {draft - 1} exceeds topk + (steps - 1) * topk^2 = "
-                    f"{topk + (steps - 1) * topk * topk}: SGLang would fail at run time"
+                    f"{sgl.tree_limit(steps, topk)}: SGLang would fail at run time"
                 )
         out.append(Check("sglang_tree_limit", limit, reason))
         if self._constraints:
-            flags, _ = rules.normalize(cand.flags, architecture=self.model.architecture)
+            flags, _ = sgl.normalize(cand.flags, architecture=self.model.architecture)
             scope: dict[str, Any] = {expr.ident(k): v for k, v in flags.items()}
             scope.update({k: v for k, v in cand.env.items()})
             for name in self.params:
                 scope.setdefault(expr.ident(name), UNSET if ENV_NAME.match(name) else None)
-            scope[expr.ident(rules.ALGO)] = rules.algorithm(cand.flags) or NONE_ALGO
+            scope[expr.ident(sgl.ALGO)] = sgl.algorithm(cand.flags) or NONE_ALGO
             failed = []
             for text, tree in self._constraints:
                 try:

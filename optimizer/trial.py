@@ -25,6 +25,7 @@ from .loadgen.workload import Workload
 from .readiness import log_tail, wait_ready
 from .redact import redact_log, redact_mapping
 from .sglang import fatal_settings
+from .sglang.logs import ILLEGAL_MEMORY_ACCESS, SCHEDULER_EXCEPTION
 
 Emit = Callable[[Any], None]
 
@@ -214,7 +215,7 @@ def _finish(result: TrialResult, status: str, *, reason: str = "", kind: str = "
 
 
 def _crash_line(tail: str, fatal_only: bool = False) -> str:
-    needles = ("illegal memory access", "Scheduler hit an exception", "out of memory", "Traceback")
+    needles = (ILLEGAL_MEMORY_ACCESS, SCHEDULER_EXCEPTION, "out of memory", "Traceback")
     for needle in needles[:3] if fatal_only else needles:
         for line in tail.splitlines():
             if needle in line:

@@ -18,24 +18,10 @@ from optuna.trial import TrialState
 
 from optimizer.notes import annotate
 from optimizer.settings import StudyConfig
+from optimizer.sglang.flags import ALGO, DRAFT, STEPS, TOPK
+from optimizer.sglang.logs import BOOT_PHASE_NAMES as PHASES
 from optimizer.study import baseline_trial, best_trial, open_storage
 
-STEPS, TOPK, DRAFT, ALGO = (
-    "speculative-num-steps",
-    "speculative-eagle-topk",
-    "speculative-num-draft-tokens",
-    "speculative-algorithm",
-)
-PHASES = (
-    "server_args",
-    "dist_init",
-    "weights_loaded",
-    "memory_pool",
-    "cuda_graph_begin",
-    "cuda_graph_end",
-    "http_up",
-    "ready_line",
-)
 SECRET = "hf_" + "A" * 30
 
 

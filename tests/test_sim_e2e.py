@@ -9,7 +9,7 @@ import time
 import httpx
 from test_sim_support import Sim
 
-from optimizer.sim.model import load_profile
+from optimizer.sim.profiles import load_profile
 
 
 async def _measure(base: str, concurrency: int, seconds: float, max_tokens: int, warm: float = 0.5) -> float:

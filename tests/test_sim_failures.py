@@ -11,7 +11,7 @@ import time
 import httpx
 from test_sim_support import REPO, Sim, chat_body
 
-from optimizer.sim.model import load_profile
+from optimizer.sim.profiles import load_profile
 
 DRAFT = ["--speculative-draft-model-path", "/models/draft"]
 

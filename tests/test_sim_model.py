@@ -12,7 +12,8 @@ import pytest
 from test_sim_support import REPO
 
 from optimizer.candidate import Candidate
-from optimizer.sim.model import Evaluation, list_profiles, load_profile
+from optimizer.sim.model import Evaluation
+from optimizer.sim.profiles import list_profiles, load_profile
 from optimizer.sim.truth import ground_truth
 
 KIMI, LLAMA, GLM = "kimi-k2.5-8x-rtxpro6000", "llama-3.1-8b-h100", "glm-4.7-flash-h200"

@@ -7,9 +7,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from optimizer import rules
 from optimizer.candidate import Candidate
 from optimizer.errors import ConfigError
+from optimizer.sglang import flags as sgl
 from optimizer.space import load_space, parse_space
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +56,8 @@ def test_grid_collapses_inactive_parameters():
     # baseline (NCCL at its default) + topk1: steps(4) x NCCL(2) + topk2: steps(4) x draft(7) x NCCL(2)
     assert len(cands) == 1 + 8 + 56
     assert cands[0].is_baseline and not cands[0].env
-    topk1 = [c for c in cands if c.flags.get(rules.TOPK) == 1]
-    assert all(c.flags[rules.DRAFT] == c.flags[rules.STEPS] + 1 for c in topk1)
+    topk1 = [c for c in cands if c.flags.get(sgl.TOPK) == 1]
+    assert all(c.flags[sgl.DRAFT] == c.flags[sgl.STEPS] + 1 for c in topk1)
     assert all("speculative-num-steps" not in c.flags for c in cands if c.is_baseline)
 
 
@@ -95,7 +95,7 @@ def test_suggest_through_optuna_is_conditional():
     for _ in range(40):
         trial = study.ask()
         cand = space.suggest(trial)
-        if cand.flags.get(rules.TOPK) == 1:
+        if cand.flags.get(sgl.TOPK) == 1:
             seen_draft_with_topk1 |= "speculative-num-draft-tokens" in trial.params
         if cand.is_baseline:
             assert not any(k.startswith("speculative-num") for k in trial.params)

@@ -1,7 +1,8 @@
 """Where a server runs: ``LocalHost`` (a subprocess) or ``SSHHost`` (over SSH with paramiko), and the hosts file."""
 
 from optimizer.hosts.base import Host, ServerHandle
-from optimizer.hosts.config import HostConfig, load_hosts, local_host, make_host, parse_hosts
+from optimizer.hosts.config import HostConfig, load_hosts, local_host, parse_hosts
+from optimizer.hosts.factory import make_host
 from optimizer.hosts.local import LocalHost, LocalServerHandle
 
 __all__ = [

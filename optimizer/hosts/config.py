@@ -250,26 +250,3 @@ EXAMPLE = Path(__file__).with_name("hosts.example.yaml")
 def state_dir_for(study_dir: Path | str, cfg: HostConfig) -> Path:
     """The local state directory of a host in a study: ``<study dir>/hosts/<name>``."""
     return Path(study_dir) / "hosts" / cfg.name
-
-
-def make_host(cfg: HostConfig, state_dir: Path | str):
-    """Build the Host for ``cfg``.
-
-    ``state_dir`` is this host's local state directory (normally ``studies/<study>/hosts/<name>``). A local host
-    keeps its pid files there (or in ``cfg.workdir`` when set); an SSH host keeps them in its remote ``workdir``
-    and uses ``state_dir`` for nothing but local bookkeeping."""
-    if cfg.type == "local":
-        from optimizer.hosts.local import LocalHost
-
-        return LocalHost(
-            cfg.name,
-            Path(os.path.expanduser(cfg.workdir)) if cfg.workdir else Path(state_dir),
-            python=cfg.python,
-            env=cfg.env,
-            cuda_visible_devices=cfg.cuda_visible_devices,
-            server_port=cfg.server_port if cfg.server_port is not None else "auto",
-            server_host=cfg.server_host,
-        )
-    from optimizer.hosts.ssh import SSHHost
-
-    return SSHHost(cfg, Path(state_dir))

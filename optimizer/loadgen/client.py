@@ -23,6 +23,7 @@ import httpx
 from optimizer.loadgen.sse import SSEStream
 from optimizer.loadgen.stats import distribute_itl, summary
 from optimizer.loadgen.workload import Prompt, Workload, chunk_plan, load_prompts
+from optimizer.sglang import endpoints
 
 _perf = time.perf_counter
 
@@ -146,7 +147,7 @@ class _Runner:
         self.cancel = cancel
         self.cancelled = False
         self.inflight: dict[int, _InFlight] = {}
-        self.path = "/v1/chat/completions" if w.endpoint == "chat" else "/v1/completions"
+        self.path = endpoints.CHAT_COMPLETIONS if w.endpoint == "chat" else endpoints.COMPLETIONS
         self.client: httpx.AsyncClient | None = None
 
     # ---- server facts -------------------------------------------------------------------------------------
@@ -173,12 +174,12 @@ class _Runner:
             return None
 
     async def discover_model(self) -> str:
-        obj = await self._get_json("/v1/models")
+        obj = await self._get_json(endpoints.MODELS)
         try:
             return str(obj["data"][0]["id"])
         except (TypeError, KeyError, IndexError):
             pass
-        for path in ("/model_info", "/get_model_info"):
+        for path in (endpoints.MODEL_INFO, endpoints.GET_MODEL_INFO):
             obj = await self._get_json(path)
             if isinstance(obj, dict) and obj.get("model_path"):
                 return str(obj["model_path"])
@@ -186,7 +187,7 @@ class _Runner:
 
     async def accept_length(self) -> float | None:
         """The server's average accept length; None without speculation or on servers that do not say."""
-        for path in ("/server_info", "/get_server_info"):
+        for path in (endpoints.SERVER_INFO, endpoints.GET_SERVER_INFO):
             obj = await self._get_json(path)
             if not isinstance(obj, dict):
                 continue
@@ -201,7 +202,7 @@ class _Runner:
                 return None  # speculation is off: the key is absent on purpose
             break
         # Builds that moved the field: the Prometheus gauge (it reads 0 without speculation).
-        r = await self._get("/metrics")
+        r = await self._get(endpoints.METRICS)
         if r is None or r.status_code != 200:
             return None
         for line in r.text.splitlines():

@@ -16,6 +16,8 @@ import signal
 import sys
 import time
 
+from ..sglang import flags as sgl
+from ..sglang import logs as sglang_logs
 from . import cli, logs
 from .logs import log
 
@@ -47,9 +49,8 @@ def _server_args_repr(flags: dict, host: str, port: int) -> str:
 
 
 def serve(argv: list[str]) -> int:
-    from .. import rules
-    from .model import load_profile, nccl_warn_lines
-    from .profiles import DEFAULT_PROFILE
+    from .model import nccl_warn_lines
+    from .profiles import DEFAULT_PROFILE, load_profile
 
     opts = cli.parse(argv, DEFAULT_PROFILE)
     try:
@@ -75,27 +76,27 @@ def serve(argv: list[str]) -> int:
     err.flush()
     # Python imports of the real launcher (~13-24 s), then argument parsing.
     _sleep(profile.boot["imports"] * ts)
-    violations = rules.startup_violations(flags, architecture=profile.architecture, gpu_sm=profile.gpu_sm)
+    violations = sgl.startup_violations(flags, architecture=profile.architecture, gpu_sm=profile.gpu_sm)
     if flags.get("attention-backend") == "trtllm_mha" and not flags.get("page-size"):
         log(
             "TensorRT-LLM MHA only supports page_size of 16, 32, 64 or 128, changing page_size from None to 64.",
             sys.stderr if violations else None,
         )
     if violations:
-        _, warnings = rules.normalize(flags, architecture=profile.architecture)
+        _, warnings = sgl.normalize(flags, architecture=profile.architecture)
         for w in warnings:
-            if w == rules.MAX_RUNNING_WARNING:
+            if w == sgl.MAX_RUNNING_WARNING:
                 log(w + " You can override this by explicitly setting --max-running-requests.", err)
         v = violations[0]
         logs.invalid_args(v.exc, v.message)
         return 1
 
     ev = profile.evaluate(flags, env, 1)
-    norm, warnings = rules.normalize(flags, architecture=profile.architecture)
+    norm, warnings = sgl.normalize(flags, architecture=profile.architecture)
     for w in warnings:
         extra = (
             " You can override this by explicitly setting --max-running-requests."
-            if w == rules.MAX_RUNNING_WARNING
+            if w == sgl.MAX_RUNNING_WARNING
             else ""
         )
         log(w + extra)
@@ -114,12 +115,12 @@ def serve(argv: list[str]) -> int:
     phases = profile.boot_phases(flags)
     ph = dict(phases)
     _sleep(ph["server_args"] * ts)
-    log("server_args=" + _server_args_repr(norm, opts.host, opts.port))
+    log(sglang_logs.SERVER_ARGS + _server_args_repr(norm, opts.host, opts.port))
     if env:
         log("NCCL environment: " + ", ".join(f"{k}={v}" for k, v in sorted(env.items())))
 
     # -- scheduler process: distributed init
-    log("Init torch distributed begin.")
+    log(f"{sglang_logs.DIST_INIT_BEGIN}.")
     if ev.failure == "nccl_hang":
         while True:  # NCCL init never returns: no output, no port, no exit
             time.sleep(3600)
@@ -130,7 +131,7 @@ def serve(argv: list[str]) -> int:
     _sleep(ph["load_weights"] * ts)
     weights_gb = gpu * 0.55
     log(
-        f"Load weight end. elapsed={ph['load_weights']:.2f} s, type={profile.architecture}, "
+        f"{sglang_logs.LOAD_WEIGHT_END}. elapsed={ph['load_weights']:.2f} s, type={profile.architecture}, "
         f"avail mem={gpu - 0.7 - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB."
     )
     if "load_draft_weights" in ph:
@@ -138,7 +139,7 @@ def serve(argv: list[str]) -> int:
         log(f"Load weight begin. avail mem={gpu - 0.7 - weights_gb:.2f} GB")
         _sleep(ph["load_draft_weights"] * ts)
         log(
-            f"Load weight end. elapsed={ph['load_draft_weights']:.2f} s, type=LlamaForCausalLMEagle3, "
+            f"{sglang_logs.LOAD_WEIGHT_END}. elapsed={ph['load_draft_weights']:.2f} s, type=LlamaForCausalLMEagle3, "
             f"avail mem={gpu - 1.2 - weights_gb:.2f} GB, mem usage=0.50 GB."
         )
     _sleep(ph["memory_pool"] * ts)
@@ -158,8 +159,8 @@ def serve(argv: list[str]) -> int:
         f"KV Cache is allocated. dtype: torch.bfloat16, #tokens: {kv}, K size: {gpu * 0.1:.2f} GB, "
         f"V size: {gpu * 0.1:.2f} GB"
     )
-    log(f"Memory pool end. avail mem={avail:.2f} GB")
-    log(f"Capture cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB")
+    log(f"{sglang_logs.MEMORY_POOL_END}. avail mem={avail:.2f} GB")
+    log(f"{sglang_logs.CUDA_GRAPH_BEGIN}. This can take up to several minutes. avail mem={avail:.2f} GB")
     capture_total = 0.0
     labels = {
         "capture_prefill": ("target prefill", "backend=breakable, num_tokens=[4, 8, ..., 8192]"),
@@ -201,7 +202,9 @@ def serve(argv: list[str]) -> int:
         _sleep(sec * ts)
         capture_total += sec
         log(f"Capture {what} CUDA graph end. elapsed={sec:.2f} s, mem usage=0.10 GB, avail mem={avail:.2f} GB.")
-    log(f"Capture cuda graph end. Time elapsed: {capture_total:.2f} s. mem usage=0.60 GB. avail mem={avail:.2f} GB.")
+    log(
+        f"{sglang_logs.CUDA_GRAPH_END}. Time elapsed: {capture_total:.2f} s. mem usage=0.60 GB. avail mem={avail:.2f} GB."
+    )
     res = profile._resolve(flags)
     log(
         f"max_total_num_tokens={kv}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
@@ -314,7 +317,7 @@ async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
             await asyncio.sleep(ph_warmup * ts)
             log('INFO:     127.0.0.1:0 - "POST /generate HTTP/1.1" 200 OK')
         state.ready = True
-        log("The server is fired up and ready to roll!")
+        log(sglang_logs.READY_LINE)
 
     ph_warmup = dict(phases).get("warmup", 0.0)
     if skip_warmup:

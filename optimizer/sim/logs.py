@@ -7,6 +7,8 @@ import signal
 import sys
 import time
 
+from ..sglang.logs import CHILD_SIGQUIT, SCHEDULER_EXCEPTION
+
 FMT = "%Y-%m-%d %H:%M:%S"
 
 
@@ -39,8 +41,8 @@ def scheduler_crash(traceback_lines: list[str], final: str) -> None:
     """A scheduler exception: traceback, ``Scheduler hit an exception``, sigquit, kill_process_tree, SIGKILL."""
     pid = os.getpid()
     body = "\n".join(["Traceback (most recent call last):", *traceback_lines, final])
-    log(f"Scheduler hit an exception: {body}\n")
-    log("Received sigquit from a child process. It usually means the child failed.")
+    log(f"{SCHEDULER_EXCEPTION}: {body}\n")
+    log(f"{CHILD_SIGQUIT}. It usually means the child failed.")
     log(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
     kill_self()
 

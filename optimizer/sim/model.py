@@ -37,16 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import rules
+from ..sglang import flags as sgl
+from ..sglang import logs as sglang_logs
 
 CATEGORIES = ("chat", "code", "math", "summarization")
 FAILURES = ("invalid", "oom", "cuda_graph", "nccl_invalid", "nccl_hang", "crash_serving")
 #: failures that end the boot (the rest crash while serving)
 BOOT_FAILURES = ("invalid", "oom", "cuda_graph", "nccl_invalid", "nccl_hang")
 
-OOM_MESSAGE = "Not enough memory. Please try to increase --mem-fraction-static."
+OOM_MESSAGE = sglang_logs.NOT_ENOUGH_MEMORY
 CUDA_GRAPH_MESSAGE = (
-    "Capture cuda graph failed: CUDA error: operation not permitted when stream is capturing\n"
+    f"{sglang_logs.CUDA_GRAPH_FAILED}: CUDA error: operation not permitted when stream is capturing\n"
     "Possible solutions:\n"
     "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
     "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
@@ -55,12 +56,12 @@ CUDA_GRAPH_MESSAGE = (
     "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "
 )
 CRASH_MESSAGE = (
-    "CUDA error: an illegal memory access was encountered\n"
+    f"CUDA error: an {sglang_logs.ILLEGAL_MEMORY_ACCESS} was encountered\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might "
     "be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
 )
 NCCL_INVALID_MESSAGE = (
-    "Capture cuda graph failed: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details), "
+    f"{sglang_logs.CUDA_GRAPH_FAILED}: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details), "
     "NCCL version 2.27.7\n"
     "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
     "Possible solutions:\n"
@@ -277,9 +278,9 @@ class Profile:
         return next(iter(self.attention))
 
     def _resolve(self, flags: Mapping[str, Any]) -> dict[str, Any]:
-        algo = rules.algorithm(flags)
-        spec = algo in rules.EAGLE_FAMILY or algo == "NGRAM"
-        triple = rules.resolved_triple(flags, architecture=self.architecture) if spec else None
+        algo = sgl.algorithm(flags)
+        spec = algo in sgl.EAGLE_FAMILY or algo == "NGRAM"
+        triple = sgl.resolved_triple(flags, architecture=self.architecture) if spec else None
         attn = str(flags.get("attention-backend") or self.default_attention)
         cgbs = int(flags.get("cuda-graph-max-bs") or self.default_cuda_graph_max_bs)
         mrr = flags.get("max-running-requests")
@@ -424,11 +425,11 @@ class Profile:
         self, flags: Mapping[str, Any], env: Mapping[str, str]
     ) -> tuple[str | None, str, int | None, list[str]]:
         """(failure kind, SGLang's message, crash_after_requests, warnings) in the order SGLang would hit them."""
-        violations = rules.startup_violations(flags, architecture=self.architecture, gpu_sm=self.gpu_sm)
+        violations = sgl.startup_violations(flags, architecture=self.architecture, gpu_sm=self.gpu_sm)
         if violations:
             v = violations[0]
             return "invalid", f"{v.exc}: {v.message}" if v.message else v.exc, None, []
-        _, warnings = rules.normalize(flags, architecture=self.architecture)
+        _, warnings = sgl.normalize(flags, architecture=self.architecture)
         r = self._resolve(flags)
         algo, triple = r["algo"], r["triple"]
         env = dict(env)
@@ -444,7 +445,7 @@ class Profile:
         # memory: the KV pool must fit next to the weights, and the draft tree's buffers and graphs must fit.
         if r["mfs"] < self.min_mem_fraction:
             return "oom", OOM_MESSAGE, None, warnings
-        if triple is not None and algo in rules.EAGLE_FAMILY:
+        if triple is not None and algo in sgl.EAGLE_FAMILY:
             steps, topk, draft = triple
             headroom = max(0.0, (1 - r["mfs"]) / (1 - self.default_mem_fraction))
             # graphs for batch sizes above the profile's default need room too
@@ -459,7 +460,7 @@ class Profile:
         if hit("cuda_graph"):
             return "cuda_graph", CUDA_GRAPH_MESSAGE, None, warnings
         crash = hit("crash_serving")
-        limit_broken = triple is not None and algo in rules.EAGLE_FAMILY and not rules.runtime_limit_ok(*triple)
+        limit_broken = triple is not None and algo in sgl.EAGLE_FAMILY and not sgl.runtime_limit_ok(*triple)
         if crash or limit_broken:
             # deterministic per configuration (what SGLang runs: algorithm, tree, backend, NCCL), not per path
             key = (self.name, algo, triple, r["attn"], r["cgbs"], sorted(env.items()))
@@ -572,17 +573,3 @@ def _truthy(v: Any) -> bool:
     if isinstance(v, str):
         return v.strip().lower() in ("1", "true", "yes", "on")
     return bool(v)
-
-
-def load_profile(name: str) -> Profile:
-    from .profiles import PROFILES
-
-    if name not in PROFILES:
-        raise KeyError(f"unknown simulator profile {name!r}; known: {', '.join(sorted(PROFILES))}")
-    return PROFILES[name]()
-
-
-def list_profiles() -> list[str]:
-    from .profiles import PROFILES
-
-    return list(PROFILES)

@@ -564,3 +564,13 @@ PROFILES: dict[str, Callable[[], Profile]] = {
     "llama-8b-dims-2x-h200": llama8b_dims_2x_h200,
 }
 DEFAULT_PROFILE = "llama-3.1-8b-h100"
+
+
+def load_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise KeyError(f"unknown simulator profile {name!r}; known: {', '.join(sorted(PROFILES))}")
+    return PROFILES[name]()
+
+
+def list_profiles() -> list[str]:
+    return list(PROFILES)

@@ -13,6 +13,7 @@ from starlette.requests import Request as HTTPRequest
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..sglang import endpoints
 from . import recorded
 from .engine import Engine, Request, classify, count_tokens, token_ids, token_text
 from .logs import log
@@ -141,7 +142,7 @@ def build_app(st: State) -> Starlette:
         }
 
     async def get_model_info(request: HTTPRequest) -> Response:
-        if request.url.path == "/get_model_info":
+        if request.url.path == endpoints.GET_MODEL_INFO:
             log(
                 "Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
                 "Please use '/model_info' instead."
@@ -245,7 +246,7 @@ def build_app(st: State) -> Starlette:
         return info
 
     async def get_server_info(request: HTTPRequest) -> Response:
-        if request.url.path == "/get_server_info":
+        if request.url.path == endpoints.GET_SERVER_INFO:
             log(
                 "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
                 "Please use '/server_info' instead."
@@ -605,20 +606,20 @@ def build_app(st: State) -> Starlette:
         return JSONResponse({"detail": "Method Not Allowed"}, status_code=405)
 
     routes = [
-        Route("/health", health, methods=["GET", "POST"]),
-        Route("/health_generate", health, methods=["GET", "POST"]),
-        Route("/get_model_info", get_model_info, methods=["GET"]),
-        Route("/model_info", get_model_info, methods=["GET"]),
-        Route("/get_server_info", get_server_info, methods=["GET"]),
-        Route("/server_info", get_server_info, methods=["GET"]),
-        Route("/get_load", get_load, methods=["GET"]),
-        Route("/v1/loads", get_load, methods=["GET"]),
-        Route("/flush_cache", flush_cache, methods=["GET", "POST"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/v1/models", v1_models, methods=["GET"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/generate", generate, methods=["POST"]),
+        Route(endpoints.HEALTH, health, methods=["GET", "POST"]),
+        Route(endpoints.HEALTH_GENERATE, health, methods=["GET", "POST"]),
+        Route(endpoints.GET_MODEL_INFO, get_model_info, methods=["GET"]),
+        Route(endpoints.MODEL_INFO, get_model_info, methods=["GET"]),
+        Route(endpoints.GET_SERVER_INFO, get_server_info, methods=["GET"]),
+        Route(endpoints.SERVER_INFO, get_server_info, methods=["GET"]),
+        Route(endpoints.LOAD, get_load, methods=["GET"]),
+        Route(endpoints.LOADS, get_load, methods=["GET"]),
+        Route(endpoints.FLUSH_CACHE, flush_cache, methods=["GET", "POST"]),
+        Route(endpoints.METRICS, metrics, methods=["GET"]),
+        Route(endpoints.MODELS, v1_models, methods=["GET"]),
+        Route(endpoints.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
+        Route(endpoints.COMPLETIONS, completions, methods=["POST"]),
+        Route(endpoints.GENERATE, generate, methods=["POST"]),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     return VaryOrigin(app)

@@ -8,7 +8,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .model import load_profile
+from ..space import load_space
+from .profiles import load_profile
 
 
 def _cand_parts(c: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -61,8 +62,6 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--out", default="-")
     args = ap.parse_args(argv)
-    from ..space import load_space
-
     space = load_space(args.space)
     result = ground_truth(args.profile, space.grid(), args.concurrency)
     text = json.dumps(result, indent=1, default=str)

@@ -9,8 +9,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from .. import rules
 from ..settings import StudyConfig
+from ..sglang import flags as sgl
 from ..space import NONE_ALGO, SearchSpace
 from . import records as R
 
@@ -83,16 +83,16 @@ class WarmStart:
 def sglang_default_params(space: SearchSpace) -> dict[str, Any] | None:
     """SGLang's own auto triple for the architecture, if the space contains it: a strong first guess."""
     params = space.params
-    algo = params.get(rules.ALGO)
+    algo = params.get(sgl.ALGO)
     choices = [c for c in getattr(algo, "choices", []) if str(c).lower() != NONE_ALGO]
     if not choices:
         return None
-    steps, topk, draft = rules.auto_triple(space.model.architecture, rules.algorithm({rules.ALGO: choices[0]}))
-    out: dict[str, Any] = {k: v for k, v in space.baseline_params().items() if k != rules.ALGO}
-    out[rules.ALGO] = choices[0]
-    for name, value in ((rules.STEPS, steps), (rules.TOPK, topk), (rules.DRAFT, draft)):
+    steps, topk, draft = sgl.auto_triple(space.model.architecture, sgl.algorithm({sgl.ALGO: choices[0]}))
+    out: dict[str, Any] = {k: v for k, v in space.baseline_params().items() if k != sgl.ALGO}
+    out[sgl.ALGO] = choices[0]
+    for name, value in ((sgl.STEPS, steps), (sgl.TOPK, topk), (sgl.DRAFT, draft)):
         p = params.get(name)
-        if p is None or (name == rules.DRAFT and topk == 1):
+        if p is None or (name == sgl.DRAFT and topk == 1):
             continue
         if value not in p.values():
             return None

@@ -18,6 +18,8 @@ import sys
 import threading
 import time
 
+# This script runs on a bare GPU host without the optimizer installed, so it keeps its own copy of these log facts;
+# the project's one home for them is optimizer/sglang/logs.py (this list is finer: one phase per CUDA graph).
 READY_LINE = "The server is fired up and ready to roll!"
 PHASES = [  # first log line containing each pattern (sglang 0.5.17 wording)
     ("first_log_line", None),

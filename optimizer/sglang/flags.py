@@ -1,4 +1,4 @@
-"""SGLang's own rules for speculative-decoding flags, as pure functions.
+"""SGLang's own rules for speculative-decoding flags, as pure functions (docs/sglang.md).
 
 Both the optimizer (to avoid spending a restart on a configuration SGLang rejects) and the simulator (to fail
 exactly as SGLang fails) use these. Source: ``sglang/srt/arg_groups/speculative_hook.py`` (``_handle_eagle_family``,
@@ -143,9 +143,16 @@ def resolved_triple(flags: Mapping[str, Any], *, architecture: str | None = None
     return steps, topk, draft
 
 
+def tree_limit(steps: int, topk: int) -> int:
+    """The most draft tokens beyond the root a tree of ``steps`` levels and ``topk`` branches can verify:
+    ``topk + (steps - 1) * topk^2`` (SGLang's ``organize_draft_results``; not checked at start-up, the server dies
+    when a request first needs the tree)."""
+    return topk + (steps - 1) * topk * topk
+
+
 def runtime_limit_ok(steps: int, topk: int, draft: int) -> bool:
-    """SGLang's runtime limit in ``organize_draft_results`` (not checked at start-up: the server dies later)."""
-    return draft - 1 <= topk + (steps - 1) * topk * topk
+    """SGLang's runtime limit: ``draft - 1 <= tree_limit(steps, topk)``."""
+    return draft - 1 <= tree_limit(steps, topk)
 
 
 def bench_speculative_ok(steps: int, topk: int, draft: int) -> bool:
