@@ -25,7 +25,9 @@ class PhaseEvent:
 
 @dataclass
 class ChunkEvent:
-    """One benchmark chunk finished: ``tok_per_s`` is what the driver reports as an intermediate value."""
+    """One benchmark chunk finished: ``tok_per_s`` is what the driver reports as an intermediate value.
+
+    ``index`` counts chunks within the load ``level`` (the concurrency it ran at)."""
 
     trial: int
     host: str
@@ -35,6 +37,7 @@ class ChunkEvent:
     failed: int
     wall_s: float
     t: float = field(default_factory=time.time)
+    level: int = 1
 
 
 @dataclass

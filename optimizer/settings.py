@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import ConfigError
 from .loadgen.workload import Workload
+from .objective import Limit, Objective, Plan
 
 SIM_PROFILE_DEFAULT = "llama-3.1-8b-h100"
 
@@ -101,6 +102,29 @@ class StudyConfig(_Strict):
     #: avoid it) or as a plain FAIL (what a hand-written loop does; TPE then ignores it and may suggest it again).
     infeasible_as: Literal["constraint", "fail"] = "constraint"
     gpu_sm: int = 90
+    #: With several load levels: one level's tok/s or a weighted aggregate (``optimizer/objective.py``).
+    objective: Objective = Field(default_factory=Objective)
+    #: Latency limits (p99 TTFT / ITL, ms), for every level or per level: a configuration that breaks them runs
+    #: but cannot be the best.
+    limits: dict[int | Literal["all"], Limit] = Field(default_factory=dict)
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _limits_for_all(cls, v: Any) -> Any:
+        # ``limits: {itl_p99_ms: 30}`` is shorthand for every level.
+        if isinstance(v, dict) and v and all(k in Limit.model_fields for k in v):
+            return {"all": v}
+        if isinstance(v, dict):
+            for k in v:
+                if isinstance(k, str) and k != "all" and not k.isdigit():
+                    raise ValueError(
+                        f"unknown key {k!r}; allowed: {', '.join(Limit.model_fields)} (for every level), "
+                        "or a level number or 'all' mapping to them"
+                    )
+        return v
+
+    def plan(self) -> Plan:
+        return Plan(self.workload.levels, self.objective, self.limits, self.workload.chunks)
 
     @property
     def study_dir(self) -> Path:
@@ -115,13 +139,31 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
 
 
+def _check_levels(cfg: StudyConfig, source: str) -> StudyConfig:
+    """The objective and the limits may only name levels the workload measures."""
+    levels = cfg.workload.levels
+    allowed = f"the workload's levels are {levels}"
+    o = cfg.objective
+    if o.level is not None and o.level not in levels:
+        raise ConfigError(f"{o.level} is not a measured level; {allowed}", file=source, key="objective.level")
+    for c in o.weights or {}:
+        if c not in levels:
+            raise ConfigError(f"{c} is not a measured level; {allowed}", file=source, key=f"objective.weights.{c}")
+    for c in cfg.limits:
+        if c != "all" and c not in levels:
+            raise ConfigError(f"{c} is not a measured level; {allowed} (or use all)", file=source, key=f"limits.{c}")
+    if o.pareto and cfg.pruner.name != "none":
+        cfg.pruner.name = "none"  # Optuna cannot prune a multi-objective study; say so rather than fail later
+    return cfg
+
+
 def parse_study(data: Any, source: str = "<study>") -> StudyConfig:
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError("must be a YAML mapping", file=source)
     try:
-        return StudyConfig.model_validate(data)
+        return _check_levels(StudyConfig.model_validate(data), source)
     except ValidationError as exc:
         first = exc.errors()[0]
         msg = first["msg"]

@@ -61,6 +61,7 @@ class ModelExecutor:
         self.seq = itertools.count()
         self.pending_chunks: dict[int, list[tuple[float, float]]] = {}  # trial -> [(t, chunk seconds)]
         self.trial_host: dict[int, str] = {}
+        self.level_results: dict[int, list[tuple[float, int, dict[str, Any]]]] = {}  # trial -> (t, level, metrics)
         self.ledger = Ledger()
         self.events = self  # the driver reads events.get(timeout=...)
 
@@ -98,11 +99,14 @@ class ModelExecutor:
         return ev
 
     def submit(self, host: str, spec: TrialSpec) -> None:
-        w = self.workload
+        w = spec.workload
         n = spec.number
         self.trial_host[n] = host
         t0 = max(self.clock, self.free_at[host])
-        ev = self.profile.evaluate(dict(spec.candidate.flags), dict(spec.candidate.env), w.concurrency, self.categories)
+        flags, env = dict(spec.candidate.flags), dict(spec.candidate.env)
+        order = list(spec.level_order or w.levels)
+        evs = {c: self.profile.evaluate(flags, env, c, self.categories) for c in order}
+        ev = evs[order[0]]
         self._push(t0, PhaseEvent(trial=n, host=host, phase="starting", t=t0))
         result = TrialResult(trial=n, host=host, status="complete", t_start=t0)
         if ev.failure in BOOT_FAILURES:
@@ -123,52 +127,93 @@ class ModelExecutor:
         result.boot_s = boot
         t = t0 + boot
         self._push(t, PhaseEvent(trial=n, host=host, phase="warming_up", t=t))
-        lf = self.profile.launch_factor(self.rng)
-        rate = max(ev.tok_per_s * lf, 1e-6)
-        warmup_s = w.warmup_requests * w.max_tokens / max(rate / max(1, min(w.concurrency, w.warmup_requests)), 1e-6)
+        lf = self.profile.launch_factor(self.rng)  # one launch: one speed factor for every level
+        first = w.for_level(order[0])
+        rate0 = max(ev.tok_per_s * lf, 1e-6)
+        warmup_s = (
+            w.warmup_requests * w.max_tokens / max(rate0 / max(1, min(first.concurrency, w.warmup_requests)), 1e-6)
+        )
         t += warmup_s
-        chunk_tokens = w.requests_per_chunk * w.max_tokens
-        chunk_s = chunk_tokens / rate
-        self.ledger.bench_full_s += warmup_s + chunk_s * w.chunks
-        values = []
+        self.ledger.bench_full_s += warmup_s
         schedule = []
+        levels_done: list[tuple[float, int, dict[str, Any]]] = []
+        all_values: list[float] = []
         crash_at = ev.crash_after_requests
-        for i in range(w.chunks):
-            if crash_at is not None and (i + 1) * w.requests_per_chunk > crash_at:
+        requests_done = 0
+        crashed = False
+        for level in order:
+            lw = w.for_level(level)
+            lev = evs[level]
+            rate = max(lev.tok_per_s * lf, 1e-6)
+            chunk_tokens = lw.requests_per_chunk * w.max_tokens
+            chunk_s = chunk_tokens / rate
+            self.ledger.bench_full_s += chunk_s * w.chunks
+            values = []
+            for i in range(w.chunks):
+                if crash_at is not None and requests_done + lw.requests_per_chunk > crash_at:
+                    crashed = True
+                    break
+                requests_done += lw.requests_per_chunk
+                t += chunk_s
+                value = self.profile.chunk_tok_per_s(lev, chunk_tokens, self.rng, launch_factor=lf)
+                values.append(value)
+                schedule.append((t, chunk_s))
+                self._push(
+                    t,
+                    ChunkEvent(
+                        trial=n,
+                        host=host,
+                        index=i,
+                        tok_per_s=value,
+                        completed=lw.requests_per_chunk,
+                        failed=0,
+                        wall_s=chunk_s,
+                        t=t,
+                        level=level,
+                    ),
+                )
+            all_values.extend(values)
+            if crashed:
+                t += chunk_s / 2
                 break
-            t += chunk_s
-            value = self.profile.chunk_tok_per_s(ev, chunk_tokens, self.rng, launch_factor=lf)
-            values.append(value)
-            schedule.append((t, chunk_s))
-            self._push(
-                t,
-                ChunkEvent(
-                    trial=n,
-                    host=host,
-                    index=i,
-                    tok_per_s=value,
-                    completed=w.requests_per_chunk,
-                    failed=0,
-                    wall_s=chunk_s,
-                    t=t,
-                ),
-            )
+            levels_done.append((t, level, self._level_metrics(lev, values, lw, w.chunks)))
         self.pending_chunks[n] = schedule
-        if crash_at is not None and len(values) < w.chunks:
-            t += chunk_s / 2
+        self.level_results[n] = levels_done
+        if crashed:
             result.status, result.kind = "infeasible", "crash_serving"
             result.reason = f"crash_serving: {ev.message}"[:300]
         else:
             result.metrics = {
-                "tok_per_s": float(np.mean(values)) if values else 0.0,
+                "tok_per_s": float(np.mean(all_values)) if all_values else 0.0,
                 "accept_length": ev.accept_length if ev.triple else None,
-                "completed": len(values) * w.requests_per_chunk,
+                "completed": len(all_values) * w.requests_per_chunk,
                 "failed": 0,
-                "chunks_run": len(values),
+                "chunks_run": len(all_values),
                 "true_tok_per_s": ev.tok_per_s,
             }
+            if w.multi_level:
+                result.metrics["levels"] = {str(c): m for _, c, m in levels_done}
         self.ledger.bench_s += t - (t0 + boot)
         self._finish(host, result, t + STOP_S)
+
+    def _level_metrics(self, ev: Any, values: list[float], lw: Workload, planned: int) -> dict[str, Any]:
+        """One level's figures as the client reports them. Latencies are the model's: ITL is the cycle time
+        over the tokens a step yields (p99: the category that accepts least); TTFT is not modelled."""
+        per = ev.per_category_accept or {}
+        worst = min(per.values()) if per else max(ev.accept_length, 1.0)
+        return {
+            "tok_per_s": float(np.mean(values)) if values else 0.0,
+            "true_tok_per_s": ev.tok_per_s,
+            "accept_length": ev.accept_length if ev.triple else None,
+            "itl_ms_mean": ev.step_ms / max(ev.accept_length, 1.0),
+            "itl_ms_p99": ev.step_ms / max(worst, 1.0),
+            "ttft_ms_p99": None,
+            "completed": len(values) * lw.requests_per_chunk,
+            "failed": 0,
+            "chunks_run": len(values),
+            "chunks_planned": planned,
+            "complete": len(values) >= planned,
+        }
 
     def _finish(self, host: str, result: TrialResult, t_end: float) -> None:
         result.t_end = t_end
@@ -195,5 +240,8 @@ class ModelExecutor:
         self.free_at[host] = t_end
         self.ledger.launches = [x for x in self.ledger.launches if x[0] != trial]
         res = TrialResult(trial=trial, host=host, status="pruned", t_end=t_end)
+        done = [(c, m) for t, c, m in self.level_results.get(trial, []) if t <= self.clock]
+        if self.workload.multi_level and done:
+            res.metrics = {"levels": {str(c): m for c, m in done}}
         self._push(t_end, res)
         self.ledger.launches.append((trial, t_end, "pruned"))

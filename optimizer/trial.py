@@ -45,6 +45,8 @@ class TrialSpec:
     study: str = ""
     #: Never prune this trial (the baseline: every gain is measured against it).
     protected: bool = False
+    #: The order the workload's load levels run in after the boot (empty: as listed).
+    level_order: list[int] = field(default_factory=list)
 
     def argv(self, python: list[str] | str, bind: str, port: int) -> list[str]:
         prefix = shlex.split(python) if isinstance(python, str) else list(python)
@@ -117,9 +119,12 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         result.boot_phases = ready.phases
         phase("warming_up", f"ready after {ready.boot_s:.1f} s")
 
+        order = spec.level_order or spec.workload.levels
+
         def on_chunk(chunk: ChunkResult) -> bool:
             if chunk.index == 0:
-                phase("benchmarking")
+                multi = spec.workload.multi_level
+                phase("benchmarking", f"concurrency {chunk.level}" if multi else "")
             emit(
                 ChunkEvent(
                     trial=spec.number,
@@ -129,12 +134,19 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
                     completed=chunk.completed,
                     failed=chunk.failed,
                     wall_s=chunk.wall_s,
+                    level=chunk.level,
                 )
             )
             return not controls.stop_requested() and server.returncode() is None
 
         stop_event = _EventUnion(controls.prune, controls.cancel)
-        bench = run_benchmark(server.base_url, spec.workload, on_chunk=on_chunk, cancel=stop_event)  # type: ignore[arg-type]
+        bench = run_benchmark(
+            server.base_url,
+            spec.workload,
+            on_chunk=on_chunk,
+            cancel=stop_event,  # type: ignore[arg-type]
+            order=list(order),
+        )
         _write_records(trial_dir / "bench.json", bench)
         result.records_path = str(trial_dir / "bench.json")
         result.metrics = bench.to_metrics()
@@ -155,7 +167,7 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
             return _finish(result, "infeasible", reason=f"crash_serving: {line}", kind="crash_serving", log_tail=tail)
         if controls.cancel.is_set():
             return _finish(result, "cancelled", reason="study stopping")
-        if controls.prune.is_set() and len(bench.chunks) < spec.workload.chunks:
+        if controls.prune.is_set() and len(bench.chunks) < spec.workload.chunks * len(order):
             return _finish(result, "pruned")
         if bench.completed == 0:
             reasons = ", ".join(f"{k} x{v}" for k, v in bench.failure_reasons.items())

@@ -1,4 +1,4 @@
-"""The streaming benchmark client: warmup, then chunks of requests at a set concurrency.
+"""The streaming benchmark client: warmup, then chunks of requests at a set concurrency, level after level.
 
 A failed request is data, never an exception: refused or reset connections, non-200 replies, non-JSON data
 lines, streams that end without `[DONE]`, stalled streams and timeouts all become a `RequestRecord` with
@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -56,6 +57,46 @@ class ChunkResult:
     failed: int
     wall_s: float
     records: list[RequestRecord] = field(default_factory=list)
+    level: int = 1  # the concurrency this chunk ran at; ``index`` counts chunks within the level
+
+
+@dataclass
+class LevelResult:
+    """One load level's figures: what a single-level run reports, for the chunks of this level only."""
+
+    level: int
+    tok_per_s: float
+    requests_per_s: float
+    ttft_ms: dict
+    itl_ms: dict
+    e2e_ms: dict
+    accept_length: float | None
+    tokens_per_chunk: float | None
+    completed: int
+    failed: int
+    chunks_run: int
+    chunks_planned: int
+
+    @property
+    def complete(self) -> bool:
+        """Every planned chunk of the level was measured (a pruned trial may have complete levels)."""
+        return self.chunks_run >= self.chunks_planned
+
+    def to_metrics(self) -> dict[str, float | int | bool | None]:
+        m: dict[str, float | int | bool | None] = {"tok_per_s": self.tok_per_s, "requests_per_s": self.requests_per_s}
+        for name in ("ttft_ms", "itl_ms", "e2e_ms"):
+            for stat, v in getattr(self, name).items():
+                m[f"{name}_{stat}"] = v
+        m.update(
+            accept_length=self.accept_length,
+            tokens_per_chunk=self.tokens_per_chunk,
+            completed=self.completed,
+            failed=self.failed,
+            chunks_run=self.chunks_run,
+            chunks_planned=self.chunks_planned,
+            complete=self.complete,
+        )
+        return m
 
 
 @dataclass
@@ -75,8 +116,11 @@ class BenchResult:
     cancelled: bool = False
     model: str = ""
     warmup_failed: int = 0
+    #: per load level, in the order they ran; a multi-level workload's metrics carry them as ``levels``
+    levels: list[LevelResult] = field(default_factory=list)
+    multi_level: bool = False
 
-    def to_metrics(self) -> dict[str, float | int | None]:
+    def to_metrics(self) -> dict[str, Any]:
         m: dict[str, float | int | None] = {"tok_per_s": self.tok_per_s, "requests_per_s": self.requests_per_s}
         for name in ("ttft_ms", "itl_ms", "e2e_ms"):
             for stat, v in getattr(self, name).items():
@@ -88,6 +132,8 @@ class BenchResult:
             failed=self.failed,
             chunks_run=len(self.chunks),
         )
+        if self.multi_level:
+            m["levels"] = {str(lr.level): lr.to_metrics() for lr in self.levels}
         return m
 
 
@@ -345,81 +391,151 @@ class _Runner:
         return [r for r in records if r is not None], _perf() - t0
 
 
-def _chunk_result(index: int, records: list[RequestRecord], wall_s: float) -> ChunkResult:
+def _chunk_result(index: int, records: list[RequestRecord], wall_s: float, level: int = 1) -> ChunkResult:
     ok = [r for r in records if r.ok]
     toks = sum(r.completion_tokens for r in ok)
     wall = max(wall_s, 1e-9)
-    return ChunkResult(index, toks / wall, len(ok) / wall, len(ok), len(records) - len(ok), wall_s, records)
+    return ChunkResult(index, toks / wall, len(ok) / wall, len(ok), len(records) - len(ok), wall_s, records, level)
 
 
-def _summarise(
-    chunks: list[ChunkResult], accept: float | None, stopped: bool, cancelled: bool, model: str, warmup_failed: int
-) -> BenchResult:
+def _pooled(chunks: list[ChunkResult]) -> dict[str, Any]:
+    """The figures of a set of chunks (one level, or the whole run) measured as one."""
     recs = [r for c in chunks for r in c.records]
     ok = [r for r in recs if r.ok]
     wall = sum(c.wall_s for c in chunks)
     toks = sum(r.completion_tokens for r in ok)
     content = sum(r.content_chunks for r in ok)
-    reasons: dict[str, int] = {}
-    for r in recs:
-        if not r.ok:
-            reasons[r.kind] = reasons.get(r.kind, 0) + 1
-    return BenchResult(
+    return dict(
         tok_per_s=toks / wall if wall > 0 else 0.0,
         requests_per_s=len(ok) / wall if wall > 0 else 0.0,
         ttft_ms=summary([r.ttft_ms for r in ok if r.ttft_ms is not None]),
         itl_ms=summary([v for r in ok for v in r.itl_ms]),
         e2e_ms=summary([r.e2e_ms for r in ok]),
-        accept_length=accept,
         tokens_per_chunk=toks / content if content else None,
         completed=len(ok),
         failed=len(recs) - len(ok),
+    )
+
+
+def _summarise(
+    chunks: list[ChunkResult],
+    accept: float | None,
+    stopped: bool,
+    cancelled: bool,
+    model: str,
+    warmup_failed: int,
+    levels: list[tuple[int, float | None, int]] | None = None,
+    multi_level: bool = False,
+) -> BenchResult:
+    """``levels``: (level, its accept length, chunks planned) for each level that started, in run order."""
+    reasons: dict[str, int] = {}
+    for r in (r for c in chunks for r in c.records):
+        if not r.ok:
+            reasons[r.kind] = reasons.get(r.kind, 0) + 1
+    per_level = []
+    for level, level_accept, planned in levels or []:
+        mine = [c for c in chunks if c.level == level]
+        per_level.append(
+            LevelResult(
+                level=level, accept_length=level_accept, chunks_run=len(mine), chunks_planned=planned, **_pooled(mine)
+            )
+        )
+    return BenchResult(
+        **_pooled(chunks),
+        accept_length=accept,
         failure_reasons=reasons,
         chunks=chunks,
         stopped_early=stopped,
         cancelled=cancelled,
         model=model,
         warmup_failed=warmup_failed,
+        levels=per_level,
+        multi_level=multi_level,
     )
 
 
-async def _run(base_url: str, w: Workload, model: str | None, on_chunk, cancel, prompts: list[Prompt]) -> BenchResult:
-    warmup, plan = chunk_plan(w, prompts)
-    runner = _Runner(base_url, w, model, cancel)
-    limits = httpx.Limits(max_connections=w.concurrency, max_keepalive_connections=w.concurrency)
+def _level_accept(tokens: tuple[float, float], server_avg: tuple[float | None, float | None]) -> float | None:
+    """One level's accept length from the server's lifetime average read before and after it.
+
+    SGLang reports only a lifetime average (tokens / verify steps, warmup included). With our own token counts
+    before and after the level, verify steps = tokens / average, so the level's own figure is the ratio of the
+    differences. None when the server does not say, or the figures do not add up (e.g. failed requests' tokens).
+    """
+    (t0, t1), (a0, a1) = tokens, server_avg
+    if a1 is None or a1 <= 0 or t1 <= t0:
+        return None
+    steps0 = t0 / a0 if a0 and a0 > 0 else (0.0 if t0 == 0 else None)
+    if steps0 is None:
+        return None
+    steps = t1 / a1 - steps0
+    value = (t1 - t0) / steps if steps > 0 else None
+    return value if value is not None and value >= 1.0 else None
+
+
+async def _run(
+    base_url: str, w: Workload, model: str | None, on_chunk, cancel, prompts: list[Prompt], order: list[int]
+) -> BenchResult:
+    plans = [(level, *chunk_plan(w.for_level(level), prompts)) for level in order]
+    warmup = plans[0][1]  # one warmup after the boot, at the first level's concurrency
+    runner = _Runner(base_url, w.for_level(order[0]), model, cancel)
+    top = max(order)
+    limits = httpx.Limits(max_connections=top, max_keepalive_connections=top)
     # No read timeout in the transport: the watchdog enforces stall and total timeouts without a timer per read.
     timeout = httpx.Timeout(connect=min(10.0, w.request_timeout_s), read=None, write=10.0, pool=None)
     chunks: list[ChunkResult] = []
     stopped = False
     warmup_failed = 0
+    accept: float | None = None
+    levels: list[tuple[int, float | None, int]] = []
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         runner.client = client
         dog = asyncio.create_task(runner.watchdog())
         try:
             if runner.model is None:
                 runner.model = await runner.discover_model()
+            tokens = 0.0
             if warmup and not runner.cancelled:
                 recs, _ = await runner.run_batch(warmup)
                 warmup_failed = sum(not r.ok for r in recs)
-            for index, batch in enumerate(plan):
-                if runner.cancelled:
+                tokens = float(sum(r.completion_tokens for r in recs if r.ok))
+            server_avg = await runner.accept_length() if w.multi_level and not runner.cancelled else None
+            for n_level, (level, _, plan) in enumerate(plans):
+                if runner.cancelled or stopped:
                     break
-                recs, wall = await runner.run_batch(batch)
-                if runner.cancelled:
-                    break  # a chunk cut short measures nothing
-                res = _chunk_result(index, recs, wall)
-                chunks.append(res)
-                if on_chunk is not None and on_chunk(res) is False and index < len(plan) - 1:
-                    stopped = True
-                    break
-            accept = None if runner.cancelled else await runner.accept_length()
+                runner.w = w.for_level(level)
+                last_level = n_level == len(plans) - 1
+                for index, batch in enumerate(plan):
+                    if runner.cancelled:
+                        break
+                    recs, wall = await runner.run_batch(batch)
+                    if runner.cancelled:
+                        break  # a chunk cut short measures nothing
+                    res = _chunk_result(index, recs, wall, level)
+                    chunks.append(res)
+                    tokens += sum(r.completion_tokens for r in recs if r.ok)
+                    if on_chunk is not None and on_chunk(res) is False and not (last_level and index == len(plan) - 1):
+                        stopped = True
+                        break
+                if not w.multi_level:
+                    levels.append((level, None, len(plan)))
+                    continue
+                level_tokens = sum(r.completion_tokens for c in chunks if c.level == level for r in c.records if r.ok)
+                now = None if runner.cancelled else await runner.accept_length()
+                levels.append((level, _level_accept((tokens - level_tokens, tokens), (server_avg, now)), len(plan)))
+                server_avg = now
+            if not runner.cancelled:
+                accept = server_avg if w.multi_level else await runner.accept_length()
         finally:
             dog.cancel()
             try:
                 await dog
             except asyncio.CancelledError:
                 pass
-    return _summarise(chunks, accept, stopped, runner.cancelled, runner.model or "", warmup_failed)
+    if not w.multi_level and levels:
+        levels = [(levels[0][0], accept, levels[0][2])]
+    return _summarise(
+        chunks, accept, stopped, runner.cancelled, runner.model or "", warmup_failed, levels, w.multi_level
+    )
 
 
 def run_benchmark(
@@ -430,8 +546,11 @@ def run_benchmark(
     on_chunk: Callable[[ChunkResult], bool] | None = None,
     cancel: threading.Event | None = None,
     prompts_base_dir: Path | None = None,
+    order: list[int] | None = None,
 ) -> BenchResult:
     """Run the workload against an OpenAI-compatible server and return the measured result.
+
+    The workload's levels run one after the other on the same server, in ``order`` (default: as listed).
 
     Synchronous: runs its own event loop, so call it from a worker thread, not from inside a running loop.
     After each chunk `on_chunk(result)` is called; returning False stops the run (`stopped_early`).
@@ -439,4 +558,7 @@ def run_benchmark(
     Raises only for a bad workload (ConfigError) or a programming error, never for server misbehaviour.
     """
     prompts = load_prompts(workload, prompts_base_dir)
-    return asyncio.run(_run(base_url, workload, model, on_chunk, cancel, prompts))
+    order = list(order or workload.levels)
+    if sorted(order) != sorted(workload.levels):
+        raise ValueError(f"order {order} must list the workload's levels {workload.levels}")
+    return asyncio.run(_run(base_url, workload, model, on_chunk, cancel, prompts, order))

@@ -22,14 +22,19 @@ _CATEGORY_ALIASES = {"summarisation": "summarization"}
 
 
 class Workload(pydantic.BaseModel):
-    """One benchmark run: which prompts, which endpoint, how many requests, at which concurrency."""
+    """One benchmark run: which prompts, which endpoint, how many requests, at which concurrency levels.
+
+    ``concurrency`` is one level (``8``) or a list of load levels (``[1, 8, 32, 64]``) that one boot measures in
+    turn, each with its own paired chunks (``levels``, ``for_level``). With several levels a chunk at
+    level c holds ``max(requests_per_chunk, c)`` requests, so every level really runs at its concurrency.
+    """
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
     prompts: str = "builtin"
     categories: list[str] | None = None
     endpoint: Literal["chat", "completions"] = "chat"
-    concurrency: int = pydantic.Field(1, ge=1)
+    concurrency: int | list[int] = 1
     max_tokens: int = pydantic.Field(128, ge=1)
     warmup_requests: int = pydantic.Field(2, ge=0)
     chunks: int = pydantic.Field(4, ge=1)
@@ -42,6 +47,33 @@ class Workload(pydantic.BaseModel):
     # Our simulator picks its acceptance by prompt category; real SGLang ignores unknown body fields
     # (its request models allow extras), so sending it is harmless. Off switch for stricter servers.
     send_category: bool = True
+
+    @pydantic.field_validator("concurrency")
+    @classmethod
+    def _levels_valid(cls, v: int | list[int]) -> int | list[int]:
+        levels = v if isinstance(v, list) else [v]
+        if not levels:
+            raise ValueError("must name at least one concurrency level, e.g. 8 or [1, 8, 32]")
+        if any(c < 1 for c in levels):
+            raise ValueError("concurrency levels must be >= 1")
+        if len(set(levels)) != len(levels):
+            raise ValueError(f"concurrency levels must differ; got {levels}")
+        return v[0] if isinstance(v, list) and len(v) == 1 else v
+
+    @property
+    def levels(self) -> list[int]:
+        """The load levels in the order the user gave them."""
+        return list(self.concurrency) if isinstance(self.concurrency, list) else [self.concurrency]
+
+    @property
+    def multi_level(self) -> bool:
+        return isinstance(self.concurrency, list)
+
+    def for_level(self, level: int) -> Workload:
+        """The workload of one level (a single concurrency); the same level gives the same plan in every trial."""
+        if not self.multi_level:
+            return self
+        return self.model_copy(update={"concurrency": level, "requests_per_chunk": max(self.requests_per_chunk, level)})
 
     @pydantic.field_validator("categories")
     @classmethod
