@@ -324,3 +324,40 @@ def test_two_h200_profile_custom_all_reduce_and_nccl_protocol_hardly_matter() ->
     ]
     assert max(runs) / min(runs) < 1.01  # no measurable difference (launch noise is ~2 %)
     assert within(min(runs) / base, 1.666)  # the EAGLE-3 speed-up measured on the machine
+
+
+def _best_spec(prof, conc: int) -> tuple[float, tuple[int, int, int], float]:
+    """(best speculative tok/s, its triple, baseline tok/s) over chains and trees, default backend, no NCCL env."""
+    base = prof.evaluate({"max-running-requests": 64}, {}, conc).tok_per_s
+    best = (0.0, (0, 0, 0))
+    for s in range(1, 9):
+        for k in (1, 2, 4, 8):
+            for d in [s + 1] if k == 1 else range(s + 2, 17):
+                ev = prof.evaluate(eagle3(s, k, d, **{"max-running-requests": 64}), {}, conc)
+                if ev.ok and ev.tok_per_s > best[0]:
+                    best = (ev.tok_per_s, (s, k, d))
+    return best[0], best[1], base
+
+
+def test_optimum_moves_with_load_as_published() -> None:
+    """SEARCH.md: fewer steps as the batch grows (AutoSpec), chains beat trees at high batch (PR 6995), and
+    speculation pays less (GLM-4.7-Flash 1.66x -> 1.16x) or loses to none (adaptive mode turns it off at 64)."""
+    llama = load_profile(LLAMA)
+    (t1, c1, b1), (t64, c64, b64) = _best_spec(llama, 1), _best_spec(llama, 64)
+    assert c1[1] > 1 and c64[1] == 1, (c1, c64)  # a tree at batch 1, a chain at 64
+    assert c64[0] < c1[0]  # fewer steps
+    assert t64 / b64 < t1 / b1 and t64 / b64 < 1.2
+    glm = load_profile(GLM)
+    steps = [_best_spec(glm, c)[1][0] for c in (8, 32, 64)]
+    assert steps == sorted(steps, reverse=True) and steps[-1] < steps[0], steps
+    kimi = load_profile(KIMI)
+    for conc in (8, 32):
+        top = max(_best_spec(kimi, conc)[0], *(_grid_spec_tuned(kimi, conc)))
+        base = max(kimi.evaluate({"max-running-requests": 64}, env, conc).tok_per_s for env in ({}, TUNED))
+        assert top < base  # speculation loses to the (NCCL-tuned) baseline
+
+
+def _grid_spec_tuned(prof, conc: int) -> list[float]:
+    return [
+        prof.evaluate(eagle3(s, 1, s + 1, **{"max-running-requests": 64}), TUNED, conc).tok_per_s for s in range(1, 6)
+    ]

@@ -10,12 +10,15 @@ acceptance functions in real time, so what a client measures matches ``evaluate`
 Step-time model (milliseconds), for ``b`` running requests each verifying ``n`` tokens (``n = 1`` without
 speculation), ``T = b * n`` tokens in the forward pass::
 
-    target = dense + per_req * b + expert * distinct_experts(T) + comm(T)
+    target = dense * max(1, T / knee) + per_req * b + expert * distinct_experts(T) + comm(T)
     verify = target + verify_fixed + verify_per_req * b + verify_tok * b * (n - 1) [+ tree if topk > 1]
     draft  = steps * (draft_fixed + draft_tok * b * topk)
     cycle  = (verify + draft) * attention_factor + sched   (x nograph_factor if b > cuda-graph-max-bs)
 
-``distinct_experts(T) = E * (1 - (1 - k/E)^T)`` is the number of MoE experts whose weights a pass of T tokens reads.
+``knee`` (``compute_knee_tokens``; 0 = never) is the pass size in tokens where a dense model's forward pass stops
+being bound by reading its weights and becomes bound by compute: above it the dense part grows with the tokens
+(the roofline), which is what makes wide verify passes at large batch expensive and moves the optimum to fewer
+steps and to chains as the load grows. ``distinct_experts(T) = E * (1 - (1 - k/E)^T)`` is the number of MoE experts whose weights a pass of T tokens reads.
 ``comm(T)`` is the tensor-parallel all-reduce time: custom all-reduce when it is on and supported, else NCCL with
 the protocol/algorithm/P2P level from ``NCCL_PROTO``/``NCCL_ALGO``/``NCCL_P2P_LEVEL`` (NCCL's own choice when unset).
 
@@ -253,6 +256,7 @@ class Profile:
     draft_fixed_ms: float = 0.0
     draft_tok_ms: float = 0.0
     nograph_factor: float = 1.35
+    compute_knee_tokens: float = 0.0  # tokens per pass where the dense part turns compute-bound (0 = never)
     comm: Comm | None = None
     attention: Mapping[str, float] = field(default_factory=dict)  # factor per backend; first = SGLang's default
     attention_tree: Mapping[str, float] = field(default_factory=dict)  # extra factor when topk > 1
@@ -358,7 +362,10 @@ class Profile:
         if self.n_experts:
             e, k = self.n_experts, self.experts_active
             experts = e * (1 - (1 - k / e) ** tokens) / k  # in units of one token's experts
-        verify = self.dense_ms + self.per_req_ms * b + self.expert_ms * experts
+        dense = self.dense_ms
+        if self.compute_knee_tokens > 0:
+            dense *= max(1.0, tokens / self.compute_knee_tokens)
+        verify = dense + self.per_req_ms * b + self.expert_ms * experts
         if self.comm is not None and self.tp_size > 1:
             verify += self.comm.ms(tokens, env, r["car_disabled"])
         draft = 0.0

@@ -40,6 +40,9 @@ def kimi_k25_8x_rtxpro6000() -> Profile:
     nothing and NCCL_* always matter. NCCL's own choice is LL for single-token messages and Simple/Tree above,
     which is slow on PCIe: forcing LL/Ring helps the multi-token verify pass, not the 1-token decode, and LL's low
     bandwidth loses at large batches.
+    With load: speculation loses to the baseline at concurrency 8 and 32 (verifying 2-3 tokens per request reads up
+    to 2-3x the experts while few are shared), and a 1-step chain wins back ~4 % at 64 where a pass reads nearly all
+    384 experts anyway; LL/Ring stops paying at high batch. Only single-stream figures are published for this box.
     Not reproduced: the weaker 10K-sample drafter's 53.2/56.7 tok/s (a different drafter).
     Failures: NCCL_PROTO=LL128 with NCCL_ALGO=Tree hangs at NCCL init (LL128 is unsafe without NVLink);
     trees (topk > 1) with the triton backend fail CUDA graph capture; steps*topk + draft > 20 runs out of memory;
@@ -215,6 +218,7 @@ def llama31_8b_h100() -> Profile:
         draft_fixed_ms=0.34,
         draft_tok_ms=0.0043,
         nograph_factor=1.35,
+        compute_knee_tokens=256,
         attention={"fa3": 1.0, "flashinfer": 1.03, "triton": 1.08},
         attention_tree={"fa3": 1.0, "flashinfer": 1.02, "triton": 1.06},
         accept=_scaled(MAVERICK, 1.10),
@@ -259,7 +263,8 @@ def glm47_flash_h200() -> Profile:
     - batch 1: baseline 128.7 tok/s, EAGLE-3 213.4 tok/s (1.66x), accept length 2.88 (MT-Bench);
       agentic/code prompts accept more (about 3.4 at 3 steps, 3.77 at 4+);
     - batch 32: baseline 1,495 tok/s, EAGLE-3 1,731 tok/s in total (only 1.16x): the verify pass of 32 x 4 tokens
-      reads every expert, so speculation pays less as the batch grows and the optimum moves to fewer steps.
+      reads every expert, so speculation pays less as the batch grows and the optimum moves to fewer steps:
+      a tree (3, 8, 7) at concurrency 1, a 3-step chain at 8 and 32, a 2-step chain (+2 %) at 64.
     TP 1: NCCL settings and custom all-reduce change nothing.
     Failures: flashinfer with topk > 1 and --cuda-graph-max-bs >= 128 fails CUDA graph capture; steps*topk + draft > 40
     runs out of memory; topk >= 4 with >= 5 steps crashes mid-serving (illegal memory access).
