@@ -6,6 +6,10 @@ refuses (e.g. ``cuda-graph-backend-prefill``, whose destination deprecated alias
 command line instead, so ``bash best.sh`` boots the measured configuration as is. All files are rewritten from
 storage alone (``python -m optimizer export --study NAME``), so they can be made again at any time, also for a
 study that was interrupted.
+
+A study over several load levels also writes ``best-c<N>.yaml``, ``.env`` and ``.sh`` for each level's own best
+configuration, and a per-level table (``levels`` in summary.json): the best at each concurrency, its gain over
+the baseline at that concurrency, and a plain verdict where no speculative configuration beats the baseline.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import yaml
 
 from . import __version__
 from .candidate import Candidate
+from .levels import level_answers, pareto_front, study_plan
 from .redact import redact_mapping
 from .sglang import config_file
 from .study import records as R
@@ -46,6 +51,22 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
     }
     if base is not None:
         summary["baseline"] = {"trial": base.number, "tok_per_s": base.value}
+    plan = study_plan(study)
+    if plan is not None and plan.multi_level:
+        summary["objective"] = plan.describe()
+        summary["limits"] = plan.limit_text()
+        answers = level_answers(study, plan)
+        summary["levels"] = [a.row() for a in answers]
+        for a in answers:
+            if a.best is not None:
+                what = f"{a.tok_per_s:.1f} tok/s at concurrency {a.level}" + (
+                    f" ({a.gain:+.1%} over the baseline at this concurrency)" if a.gain is not None else ""
+                )
+                _write_config(
+                    out_dir, f"best-c{a.level}", study, a.best, what + (f"; {a.verdict()}" if a.verdict() else "")
+                )
+    if plan is not None and plan.pareto:
+        summary["pareto"] = pareto_front(study, plan)
     if best is None:
         summary["note"] = "no feasible trial yet"
         write_json(out_dir / "summary.json", summary)
@@ -64,30 +85,45 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "env": redact_mapping(dict(cand.env)),
         "metrics": {k: v for k, v in best.user_attrs.items() if k.startswith(("ttft", "itl", "e2e", "requests"))},
     }
-    flags = redact_mapping(dict(cand.flags))
-    in_file, on_cli = config_file.split(flags)
-    summary["best"]["config_file_refused"] = sorted(on_cli)
-    header = (
-        f"# Best configuration of study {study.study_name!r}: trial {best.number}, {best.value:.1f} tok/s"
-        + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
-        + f"\n# Written by sglang-spec-optimizer {__version__} on {summary['exported']}."
-        + "\n# Use: bash best.sh  (= source best.env; python -m sglang.launch_server --config best.yaml"
-        + (" + the flags SGLang's --config refuses" if on_cli else "")
-        + ")\n"
-    )
-    (out_dir / "best.yaml").write_text(header + yaml.safe_dump(in_file, sort_keys=False))
-    env_text = "# NCCL and other environment settings of the best trial (SGLang's --config cannot hold them)\n"
-    env_text += Candidate(env=redact_mapping(dict(cand.env))).env_exports()
-    (out_dir / "best.env").write_text(env_text)
-    script = out_dir / "best.sh"
-    script.write_text(launch_script(study.study_name, best.number, attrs.get("server_command"), on_cli))
-    script.chmod(0o755)
+    what = f"{best.value:.1f} tok/s" + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
+    if plan is not None and plan.multi_level:
+        what += f"; objective: {plan.describe()}"
+    summary["best"]["config_file_refused"] = _write_config(out_dir, "best", study, best, what)
     summary["rows"] = summary_rows(study)
     write_json(out_dir / "summary.json", summary)
     return summary
 
 
-def launch_script(study: str, trial: int, server_command: str | None, on_cli: dict[str, Any]) -> str:
+def _write_config(
+    out_dir: Path, stem: str, study: optuna.Study, trial: optuna.trial.FrozenTrial, what: str
+) -> list[str]:
+    """``<stem>.yaml`` (SGLang's --config), ``<stem>.env`` and ``<stem>.sh`` for one trial, secrets masked.
+    Returns the flags SGLang's --config refuses (they go on the script's command line)."""
+    cand = Candidate(flags=trial.user_attrs.get(R.FLAGS, {}), env=trial.user_attrs.get(R.ENV, {}))
+    in_file, on_cli = config_file.split(redact_mapping(dict(cand.flags)))
+    exported = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    header = (
+        f"# Best configuration of study {study.study_name!r}: trial {trial.number}, {what}"
+        + f"\n# Written by sglang-spec-optimizer {__version__} on {exported}."
+        + f"\n# Use: bash {stem}.sh  (= source {stem}.env; python -m sglang.launch_server --config {stem}.yaml"
+        + (" + the flags SGLang's --config refuses" if on_cli else "")
+        + ")\n"
+    )
+    (out_dir / f"{stem}.yaml").write_text(header + yaml.safe_dump(in_file, sort_keys=False))
+    env_text = "# NCCL and other environment settings of the best trial (SGLang's --config cannot hold them)\n"
+    env_text += Candidate(env=redact_mapping(dict(cand.env))).env_exports()
+    (out_dir / f"{stem}.env").write_text(env_text)
+    script = out_dir / f"{stem}.sh"
+    script.write_text(
+        launch_script(study.study_name, trial.number, study.user_attrs.get("server_command"), on_cli, stem=stem)
+    )
+    script.chmod(0o755)
+    return sorted(on_cli)
+
+
+def launch_script(
+    study: str, trial: int, server_command: str | None, on_cli: dict[str, Any], *, stem: str = "best"
+) -> str:
     """``best.sh``: the study's server command with ``--config best.yaml`` and the flags the file cannot hold.
 
     ``{python}`` in the study's server command becomes ``${PYTHON:-python3}``; arguments given to ``best.sh``
@@ -99,15 +135,15 @@ def launch_script(study: str, trial: int, server_command: str | None, on_cli: di
     lines = [
         "#!/usr/bin/env bash",
         f"# The best configuration of study {study!r} (trial {trial}), as measured: run it as is; arguments",
-        "# (e.g. --port 30000) are passed on. best.yaml holds what SGLang's --config accepts and best.env the",
+        f"# (e.g. --port 30000) are passed on. {stem}.yaml holds what SGLang's --config accepts and {stem}.env the",
         "# environment.",
     ]
     for name in on_cli:
         lines.append(f"# --{name} is on the command line: SGLang's --config refuses it ({config_file.refusal(name)}).")
     lines += [
         'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-        'source "$here/best.env"',
-        f'exec {cmd} --config "$here/best.yaml"' + "".join(f" {shlex.quote(a)}" for a in refused) + ' "$@"',
+        f'source "$here/{stem}.env"',
+        f'exec {cmd} --config "$here/{stem}.yaml"' + "".join(f" {shlex.quote(a)}" for a in refused) + ' "$@"',
         "",
     ]
     return "\n".join(lines)

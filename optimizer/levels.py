@@ -1,0 +1,181 @@
+"""Answers per load level, read from a study's storage alone: the best configuration at each concurrency the
+workload measured, its gain over the baseline at that level, and the Pareto front of tok/s against p99 ITL.
+
+A trial's figures per level live in its ``levels`` user attribute (``{"32": {"tok_per_s": ..., "complete": true,
+...}}``). A level counts for a trial when every chunk of it was measured, also when the trial was pruned later
+(the objective level runs first, see ``Plan.order``), and when it meets that level's latency limits. Trials that
+could not run, failed or duplicate another never count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from .objective import PARETO_METRIC, Limit, Objective, Plan, parse_levels
+from .study.records import BASELINE as BASELINE_ATTR
+
+#: the study user attribute holding the plan (levels, objective, limits) so that exports need no study file
+PLAN_ATTR = "plan"
+LEVELS_ATTR = "levels"
+
+
+def plan_record(plan: Plan, limits: dict[Any, Limit]) -> dict[str, Any]:
+    return {
+        "levels": plan.levels,
+        "chunks": plan.chunks,
+        "objective": plan.objective.model_dump(mode="json", exclude_none=True),
+        "limits": {str(k): v.model_dump(exclude_none=True) for k, v in limits.items()},
+    }
+
+
+def study_plan(study: optuna.Study) -> Plan | None:
+    """The plan a study ran with; None for a single-level study (or one older than per-level answers)."""
+    rec = study.user_attrs.get(PLAN_ATTR)
+    if not isinstance(rec, dict) or not rec.get("levels"):
+        return None
+    limits: dict[Any, Limit] = {}
+    for k, v in (rec.get("limits") or {}).items():
+        limits["all" if k == "all" else int(k)] = Limit(**v)
+    return Plan(list(rec["levels"]), Objective(**(rec.get("objective") or {})), limits, int(rec.get("chunks", 1)))
+
+
+def trial_levels(t: FrozenTrial) -> dict[int, dict[str, Any]]:
+    return parse_levels(t.user_attrs.get(LEVELS_ATTR) or {})
+
+
+def _counts(t: FrozenTrial) -> bool:
+    ua = t.user_attrs
+    if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or ua.get("duplicate_of") is not None:
+        return False
+    return ua.get("outcome") in ("complete", "pruned")
+
+
+@dataclass
+class LevelAnswer:
+    level: int
+    best: FrozenTrial | None
+    tok_per_s: float | None
+    baseline_tok_per_s: float | None
+    measured: int  # trials with a complete, limit-meeting measurement at this level
+    over_limit: int  # trials measured at this level that broke its latency limits
+
+    @property
+    def gain(self) -> float | None:
+        if self.tok_per_s is None or not self.baseline_tok_per_s:
+            return None
+        return self.tok_per_s / self.baseline_tok_per_s - 1.0
+
+    @property
+    def speculation_wins(self) -> bool:
+        return self.best is not None and not self.best.user_attrs.get(BASELINE_ATTR)
+
+    def verdict(self) -> str:
+        if self.best is None:
+            return "no configuration measured at this level meets its limits" if self.over_limit else "not measured"
+        if not self.speculation_wins:
+            base = f" ({self.baseline_tok_per_s:.1f} tok/s)" if self.baseline_tok_per_s else ""
+            return f"no speculative configuration beats the baseline{base}: serve without speculation at this load"
+        return ""
+
+    def row(self) -> dict[str, Any]:
+        ua = self.best.user_attrs if self.best is not None else {}
+        m = trial_levels(self.best).get(self.level, {}) if self.best is not None else {}
+        return {
+            "concurrency": self.level,
+            "trial": None if self.best is None else self.best.number,
+            "config": ua.get("config"),
+            "tok_per_s": None if self.tok_per_s is None else round(self.tok_per_s, 2),
+            "baseline_tok_per_s": None if self.baseline_tok_per_s is None else round(self.baseline_tok_per_s, 2),
+            "gain_over_baseline": None if self.gain is None else round(self.gain, 4),
+            "speculation_wins": self.speculation_wins,
+            "ttft_ms_p99": m.get("ttft_ms_p99"),
+            "itl_ms_p99": m.get("itl_ms_p99"),
+            "accept_length": m.get("accept_length"),
+            "measured": self.measured,
+            "over_limit": self.over_limit,
+            "note": self.verdict(),
+            "file": f"best-c{self.level}.yaml" if self.best is not None else None,
+        }
+
+
+def level_answers(study: optuna.Study, plan: Plan) -> list[LevelAnswer]:
+    trials = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
+    out = []
+    for c in plan.levels:
+        best: FrozenTrial | None = None
+        best_v = None
+        base_v = None
+        measured = over = 0
+        for t in trials:
+            m = trial_levels(t).get(c)
+            if not m or not m.get("complete") or m.get("tok_per_s") is None:
+                continue
+            v = float(m["tok_per_s"])
+            if t.user_attrs.get(BASELINE_ATTR) and base_v is None:
+                base_v = v  # the gain is against the baseline even when the baseline breaks a limit
+            if any(x > 0 for x in plan.violations(c, m).values()):
+                over += 1
+                continue
+            measured += 1
+            if best_v is None or v > best_v:
+                best, best_v = t, v
+        out.append(LevelAnswer(c, best, best_v, base_v, measured, over))
+    return out
+
+
+def pareto_front(study: optuna.Study, plan: Plan) -> list[dict[str, Any]]:
+    """Trials no other trial beats on both tok/s (higher) and p99 ITL (lower) at the plan's level, by tok/s."""
+    level = plan.level if plan.level is not None else plan.levels[-1]
+    points = []
+    for t in study.get_trials(deepcopy=False):
+        if not _counts(t):
+            continue
+        m = trial_levels(t).get(level)
+        if not m or not m.get("complete") or m.get("tok_per_s") is None or m.get(PARETO_METRIC) is None:
+            continue
+        points.append((float(m["tok_per_s"]), float(m[PARETO_METRIC]), t))
+    front = [
+        p for p in points if not any(q[0] >= p[0] and q[1] <= p[1] and (q[0] > p[0] or q[1] < p[1]) for q in points)
+    ]
+    front.sort(key=lambda p: -p[0])
+    return [
+        {
+            "concurrency": level,
+            "trial": t.number,
+            "config": t.user_attrs.get("config"),
+            "tok_per_s": round(tps, 2),
+            "itl_ms_p99": round(itl, 3),
+            "baseline": bool(t.user_attrs.get(BASELINE_ATTR)),
+        }
+        for tps, itl, t in front
+    ]
+
+
+def pareto_points(study: optuna.Study, plan: Plan) -> list[tuple[float, float, int, str]]:
+    """Every counted trial's (tok/s, p99 ITL, number, config) at the plan's level, for the report's plot."""
+    level = plan.level if plan.level is not None else plan.levels[-1]
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        m = trial_levels(t).get(level) if _counts(t) else None
+        if m and m.get("complete") and m.get("tok_per_s") is not None and m.get(PARETO_METRIC) is not None:
+            out.append((float(m["tok_per_s"]), float(m[PARETO_METRIC]), t.number, str(t.user_attrs.get("config"))))
+    return out
+
+
+def table_lines(answers: list[LevelAnswer]) -> list[str]:
+    """Plain-text rows for the terminal summary."""
+    lines = [f"{'conc':>5}  {'best configuration':40s} {'tok/s':>9} {'baseline':>9} {'gain':>7}"]
+    for a in answers:
+        r = a.row()
+        cfg = str(r["config"] or "-")[:40]
+        tps = "" if r["tok_per_s"] is None else f"{r['tok_per_s']:.1f}"
+        base = "" if r["baseline_tok_per_s"] is None else f"{r['baseline_tok_per_s']:.1f}"
+        gain = "" if r["gain_over_baseline"] is None else f"{r['gain_over_baseline']:+.1%}"
+        lines.append(f"{a.level:>5}  {cfg:40s} {tps:>9} {base:>9} {gain:>7}")
+        if r["note"]:
+            lines.append(f"{'':>7}{r['note']}")
+    return lines
