@@ -1,0 +1,161 @@
+"""``optimize --dry-run``: what a study would spend, before any GPU hour is spent. Nothing starts.
+
+It prints the space's size, how many configurations SGLang's start-up rules, its runtime tree limit or the space's
+own constraints reject (and why), the launches the budget buys with an estimated wall-clock (from boot and
+benchmark times given on the command line, else measured by the study so far), and the first launches the
+driver would make (the same sampler, seed and pre-checks, run on an in-memory copy of the study).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from .settings import StudyConfig
+from .space import SearchSpace
+
+CHECK_NAMES = {
+    "sglang_startup": "SGLang's start-up rules",
+    "sglang_tree_limit": "SGLang's runtime tree limit",
+    "user": "the space's constraints",
+}
+STOP_S = 5.5  # SGLang's launcher exits ~5.5 s after SIGTERM (recorded)
+
+
+@dataclass
+class DryRun:
+    candidates: int = 0
+    rejected: Counter = field(default_factory=Counter)  # check name -> count
+    reasons: Counter = field(default_factory=Counter)  # (check name, reason shape) -> count
+    launchable: int = 0
+    launches: int = 0
+    hosts: int = 1
+    boot_s: float | None = None
+    bench_s: float | None = None
+    times_from: str = ""
+    first: list[str] = field(default_factory=list)
+    levels: list[int] = field(default_factory=list)
+    objective: str = ""
+    limits: list[str] = field(default_factory=list)
+
+    @property
+    def wall_s(self) -> float | None:
+        if self.boot_s is None or self.bench_s is None:
+            return None
+        rounds = -(-self.launches // max(1, self.hosts))
+        return rounds * (self.boot_s + self.bench_s + STOP_S)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"space: {self.candidates:,} distinct configurations after SGLang's normalisation (baseline included)",
+        ]
+        rej = sum(self.rejected.values())
+        out.append(f"rejected without a launch: {rej:,}; launchable: {self.launchable:,}")
+        for (name, shape), n in self.reasons.most_common(8):
+            out.append(f"  {n:>8,}  {CHECK_NAMES.get(name, name)}: {shape}")
+        if len(self.reasons) > 8:
+            out.append(f"  ... and {len(self.reasons) - 8} other reasons")
+        if self.levels:
+            out.append(f"load levels per boot: {self.levels}; objective: {self.objective}")
+        for text in self.limits:
+            out.append(f"latency limit {text}")
+        out.append(f"budget: {self.launches} launches on {self.hosts} host(s)")
+        if self.wall_s is None:
+            out.append(
+                "estimated wall-clock: unknown (no boot/benchmark time measured yet; give --boot-s and --bench-s)"
+            )
+        else:
+            out.append(
+                f"estimated wall-clock: {_duration(self.wall_s)} "
+                f"(boot {self.boot_s:.0f} s + benchmark {self.bench_s:.0f} s + stop {STOP_S:.1f} s per launch, "
+                f"{self.times_from})"
+            )
+        if self.first:
+            out.append(f"first {len(self.first)} launches:")
+            out.extend(f"  {i + 1:>2}. {c}" for i, c in enumerate(self.first))
+        out.append("nothing was started (dry run)")
+        return out
+
+
+def _duration(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 60:
+        return f"{s / 60:.0f} min"
+    return f"{s:.0f} s"
+
+
+def _shape(name: str, reason: str) -> str:
+    """One line per rule, so that a rule's rejections are counted together."""
+    if name == "sglang_tree_limit":
+        return "num_draft_tokens - 1 > topk + (steps - 1) * topk^2 (the tree SGLang fails on at run time)"
+    return reason.split("; ")[0][:160]
+
+
+def census(space: SearchSpace, gpu_sm: int) -> DryRun:
+    d = DryRun()
+    for cand in space.grid():
+        d.candidates += 1
+        bad = [c for c in space.checks(cand, gpu_sm=gpu_sm) if c.value > 0]
+        if not bad:
+            d.launchable += 1
+            continue
+        d.rejected[bad[0].name] += 1  # counted once, under the first rule it breaks (the order SGLang checks)
+        d.reasons[(bad[0].name, _shape(bad[0].name, bad[0].reason))] += 1
+    return d
+
+
+def measured_times(study: optuna.Study | None) -> tuple[float | None, float | None]:
+    """Median boot and benchmark seconds of the study's launched trials so far."""
+    if study is None:
+        return None, None
+    boots, benches = [], []
+    for t in study.get_trials(deepcopy=False):
+        ua = t.user_attrs
+        if not ua.get("launched") or ua.get("boot_s") is None:
+            continue
+        boots.append(float(ua["boot_s"]))
+        if ua.get("t_end") and ua.get("t_start") and ua.get("outcome") == "complete":
+            benches.append(max(0.0, float(ua["t_end"]) - float(ua["t_start"]) - float(ua["boot_s"]) - STOP_S))
+    return (statistics.median(boots) if boots else None, statistics.median(benches) if benches else None)
+
+
+def dry_run(
+    cfg: StudyConfig,
+    space: SearchSpace,
+    *,
+    hosts: int,
+    existing: optuna.Study | None,
+    boot_s: float | None = None,
+    bench_s: float | None = None,
+    first_launches: Callable[[int], list[str]] | None = None,
+    show_first: int = 8,
+) -> DryRun:
+    d = census(space, cfg.gpu_sm)
+    d.hosts = hosts
+    done = sum(1 for t in existing.get_trials(deepcopy=False) if t.user_attrs.get("launched")) if existing else 0
+    d.launches = max(0, min(cfg.budget.trials - done, d.launchable))
+    m_boot, m_bench = measured_times(existing)
+    given = [x is not None for x in (boot_s, bench_s)]
+    d.boot_s = boot_s if boot_s is not None else m_boot
+    d.bench_s = bench_s if bench_s is not None else m_bench
+    if all(given):
+        d.times_from = "as given"
+    elif any(given) or m_boot is not None:
+        d.times_from = "given and measured so far" if any(given) else "median of the launches measured so far"
+    plan = cfg.plan()
+    if plan.multi_level or plan.limits:
+        d.levels, d.objective, d.limits = plan.levels, plan.describe(), plan.limit_text()
+    if first_launches is not None:
+        d.first = first_launches(min(show_first, d.launches))
+    return d
+
+
+def describe(d: DryRun, printer: Callable[[str], Any] = print) -> None:
+    for line in d.lines():
+        printer(line)
