@@ -16,11 +16,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .objective import PARETO_METRIC, Limit, Objective, Plan, parse_levels
-from .study.records import BASELINE as BASELINE_ATTR
+from .study import records as R
 
-#: the study user attribute holding the plan (levels, objective, limits) so that exports need no study file
-PLAN_ATTR = "plan"
-LEVELS_ATTR = "levels"
+BASELINE_ATTR, PLAN_ATTR, LEVELS_ATTR = R.BASELINE, R.PLAN, R.LEVELS
 
 
 def plan_record(plan: Plan, limits: dict[Any, Limit]) -> dict[str, Any]:
@@ -71,7 +69,11 @@ class LevelAnswer:
 
     @property
     def speculation_wins(self) -> bool:
-        return self.best is not None and not self.best.user_attrs.get(BASELINE_ATTR)
+        """The best is a speculative configuration (not the baseline, nor a 'none' configuration of the space)."""
+        if self.best is None:
+            return False
+        flags = self.best.user_attrs.get("flags") or {}
+        return not self.best.user_attrs.get(BASELINE_ATTR) and bool(flags.get("speculative-algorithm"))
 
     def verdict(self) -> str:
         if self.best is None:
@@ -179,3 +181,65 @@ def table_lines(answers: list[LevelAnswer]) -> list[str]:
         if r["note"]:
             lines.append(f"{'':>7}{r['note']}")
     return lines
+
+
+#: flat metrics copied from the objective's level onto the trial, so notes, report and export read them as before
+_FLAT = (
+    "tok_per_s",
+    "requests_per_s",
+    "ttft_ms_mean",
+    "ttft_ms_p50",
+    "ttft_ms_p99",
+    "itl_ms_mean",
+    "itl_ms_p50",
+    "itl_ms_p99",
+    "e2e_ms_mean",
+    "e2e_ms_p50",
+    "e2e_ms_p99",
+    "tokens_per_chunk",
+)
+
+
+def per_level_metrics(metrics: dict[str, Any], plan: Plan) -> dict[int, dict[str, Any]]:
+    """A result's figures by level: a single-level run's flat figures are its one level's."""
+    if LEVELS_ATTR in metrics:
+        return parse_levels(metrics[LEVELS_ATTR])
+    if not metrics or metrics.get("tok_per_s") is None:
+        return {}
+    return {plan.levels[0]: {**metrics, "complete": True}}
+
+
+@dataclass
+class Outcome:
+    """What the driver tells Optuna for a completed trial."""
+
+    value: float | None  # the objective (tok/s); None when a level it needs is missing
+    values: list[float] | None  # a Pareto study's [tok/s, p99 ITL]
+    constraints: dict[str, float]  # latency limits: measured / limit - 1 (> 0 breaks it)
+    flat: dict[str, Any]  # figures of the objective to store as plain user attributes
+
+
+def judge(metrics: dict[str, Any], plan: Plan) -> Outcome:
+    """The objective, the latency constraints and the flat figures of a completed trial's metrics.
+
+    Limits at every measured level count: a configuration that breaks a limit at any load it was measured at is
+    not one to deploy, so it cannot be the objective's best (each level's own answer only checks its own limits).
+    """
+    per = per_level_metrics(metrics, plan)
+    value = plan.value(per)
+    constraints: dict[str, float] = {}
+    for c in plan.levels:
+        if c in per:
+            constraints.update(plan.violations(c, per[c]))
+        elif plan.limits.get(c):
+            constraints.update({f"c{c}_{k}": 1.0 for k, _ in plan.limits[c]})  # not measured: not shown to hold
+    flat: dict[str, Any] = {}
+    if plan.multi_level:
+        if plan.level is not None and plan.level in per:
+            flat = {k: per[plan.level].get(k) for k in _FLAT if per[plan.level].get(k) is not None}
+        if value is not None:
+            flat["tok_per_s"] = value
+        src = per.get(plan.level) if plan.level is not None else None
+        if src and src.get("accept_length") is not None:
+            flat["accept_length"] = src["accept_length"]
+    return Outcome(value, plan.pareto_values(per) if plan.pareto else None, constraints, flat)

@@ -16,6 +16,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
+from .study import records as R
 from .study.records import BASELINE
 
 
@@ -32,11 +33,21 @@ def _best_complete(study: optuna.Study, current: FrozenTrial) -> FrozenTrial | N
 
 
 def chunk_noise(study: optuna.Study, default: float = 0.05) -> float:
-    """Pooled relative spread of chunk tok/s within completed trials (sample std / mean)."""
+    """Pooled relative spread of chunk tok/s within completed trials (sample std / mean).
+
+    A study whose objective aggregates several load levels reports each level's chunks as its own block of steps
+    (``Plan.step``); the spread is measured within each block, never across loads.
+    """
+    block = int((study.user_attrs.get(R.PLAN) or {}).get("chunks") or 0) or None
     spreads = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        vals = [v for v in t.intermediate_values.values() if v and v > 0]
-        if len(vals) >= 3:
+        groups: dict[int, list[float]] = {}
+        for step, v in t.intermediate_values.items():
+            if v and v > 0:
+                groups.setdefault(step // block if block else 0, []).append(v)
+        for vals in groups.values():
+            if len(vals) < 3:
+                continue
             mean = statistics.fmean(vals)
             spreads.append(statistics.stdev(vals) / mean)
     if not spreads:

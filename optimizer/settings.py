@@ -111,10 +111,12 @@ class StudyConfig(_Strict):
     @field_validator("limits", mode="before")
     @classmethod
     def _limits_for_all(cls, v: Any) -> Any:
-        # ``limits: {itl_p99_ms: 30}`` is shorthand for every level.
-        if isinstance(v, dict) and v and all(k in Limit.model_fields for k in v):
-            return {"all": v}
+        # ``limits: {itl_p99_ms: 30}`` is shorthand for every level (and may sit next to per-level entries).
         if isinstance(v, dict):
+            shared = {k: x for k, x in v.items() if k in Limit.model_fields}
+            if shared:
+                v = {k: x for k, x in v.items() if k not in shared}
+                v["all"] = {**(v.get("all") or {}), **shared}
             for k in v:
                 if isinstance(k, str) and k != "all" and not k.isdigit():
                     raise ValueError(

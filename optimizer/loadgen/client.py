@@ -121,13 +121,17 @@ class BenchResult:
     multi_level: bool = False
 
     def to_metrics(self) -> dict[str, Any]:
-        m: dict[str, float | int | None] = {"tok_per_s": self.tok_per_s, "requests_per_s": self.requests_per_s}
-        for name in ("ttft_ms", "itl_ms", "e2e_ms"):
-            for stat, v in getattr(self, name).items():
-                m[f"{name}_{stat}"] = v
+        """Flat figures of the run. A multi-level run gives its figures per level under ``levels`` (pooling
+        latencies across loads would describe no load), with the counts and the server's accept length on top."""
+        m: dict[str, Any] = {}
+        if not self.multi_level:
+            m.update(tok_per_s=self.tok_per_s, requests_per_s=self.requests_per_s)
+            for name in ("ttft_ms", "itl_ms", "e2e_ms"):
+                for stat, v in getattr(self, name).items():
+                    m[f"{name}_{stat}"] = v
+            m["tokens_per_chunk"] = self.tokens_per_chunk
         m.update(
             accept_length=self.accept_length,
-            tokens_per_chunk=self.tokens_per_chunk,
             completed=self.completed,
             failed=self.failed,
             chunks_run=len(self.chunks),

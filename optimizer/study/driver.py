@@ -65,6 +65,7 @@ class Driver:
         self.idle_asks = 0
         self.boot_times: list[float] = []
         self.bench_times: list[float] = []
+        self.plan = cfg.plan()  # load levels: their order per boot, which chunks are reported, the objective
 
     # Host state, as the live display and the tests read it.
     @property
@@ -243,6 +244,7 @@ class Driver:
             stop_timeout_s=server.stop_timeout_s,
             study=self.cfg.study,
             protected=cand.is_baseline,
+            level_order=self.plan.order(),
         )
 
     # ------------------------------------------------------------------ events
@@ -257,13 +259,14 @@ class Driver:
 
     def _chunk(self, ev: ChunkEvent) -> None:
         a = self.active.get(ev.trial)
-        if a is None or ev.tok_per_s != ev.tok_per_s:  # NaN: nothing measured
+        step = self.plan.step(ev.level, ev.index)  # only chunks that pair across trials are reported
+        if a is None or ev.tok_per_s != ev.tok_per_s or step is None:  # NaN: nothing measured
             return
-        if ev.index not in a.reported:
-            a.trial.report(ev.tok_per_s, step=ev.index)
-            a.reported.add(ev.index)
-        # Pruning at the last chunk saves nothing and would throw the finished measurement away.
-        last = ev.index >= a.spec.workload.chunks - 1
+        if step not in a.reported:
+            a.trial.report(ev.tok_per_s, step=step)
+            a.reported.add(step)
+        # Pruning at the objective's last chunk saves little and would throw the finished measurement away.
+        last = step >= self.plan.last_step()
         if not a.spec.protected and not self.stopping and not last and a.trial.should_prune():
             a.trial.set_user_attr(R.PRUNED_AT_CHUNK, ev.index)
             self.executor.prune(ev.trial)

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from .. import __version__
 from ..candidate import Candidate
 from ..events import TrialResult
+from ..levels import judge, plan_record
 from ..notes import annotate
 from ..redact import redact_log, redact_mapping, redact_text
 from ..settings import StudyConfig
@@ -41,6 +42,7 @@ class Recorder:
         self.note = note
         self.told = told
         self.waiting_dups: list[Active] = []  # duplicates of a running trial: told when it finishes
+        self.plan = cfg.plan()
 
     # ------------------------------------------------------------------ before launch
     def describe(self, trial: optuna.Trial, space: SearchSpace, cand: Candidate, key: str) -> None:
@@ -57,10 +59,15 @@ class Recorder:
         """Record a launched trial's result (anything but a host fault, which ``scheduling`` re-queues)."""
         self._launched(a, r)
         if r.status == "complete":
-            value = float(r.metrics.get(R.TOK_PER_S) or 0.0)
+            # The objective (one level's tok/s or an aggregate) and the latency limits, from the per-level figures.
+            judged = judge(r.metrics or {}, self.plan)
+            for k, v in judged.flat.items():
+                a.trial.set_user_attr(k, v)
+            value = float(judged.value if judged.value is not None else r.metrics.get(R.TOK_PER_S) or 0.0)
             a.trial.set_user_attr(R.OUTCOME, R.COMPLETE)
-            a.trial.set_constraint("server", 0.0)
-            a.trial.set_user_attr(R.constraint_attr("server"), 0.0)
+            for name, v in {"server": 0.0, **judged.constraints}.items():
+                a.trial.set_constraint(name, v)
+                a.trial.set_user_attr(R.constraint_attr(name), v)
             self.study.tell(a.trial, value)
             if a.spec.protected and not self.study.user_attrs.get(R.BASELINE_TOK_PER_S):
                 self.study.set_user_attr(R.BASELINE_TOK_PER_S, value)
@@ -218,3 +225,4 @@ def stamp(study: optuna.Study, cfg: StudyConfig) -> None:
     study.set_user_attr(R.SPACE, cfg.space)
     study.set_user_attr(R.WORKLOAD, cfg.workload.model_dump(mode="json"))
     study.set_user_attr(R.CREATED, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    study.set_user_attr(R.PLAN, plan_record(cfg.plan(), dict(cfg.limits)))

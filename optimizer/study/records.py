@@ -41,6 +41,7 @@ CONSTRAINT_PREFIX = "constraint:"  # mirrors trial.set_constraint: optuna-dashbo
 # Benchmark metrics are stored under their own names (optimizer.loadgen.client.BenchResult); these two are read back.
 TOK_PER_S = "tok_per_s"
 ACCEPT_LENGTH = "accept_length"
+LEVELS = "levels"  # {"<concurrency>": {tok_per_s, ttft/itl/e2e percentiles, accept_length, complete, ...}}
 
 # Values of OUTCOME.
 COMPLETE = "complete"
@@ -58,6 +59,7 @@ WORKLOAD = "workload"
 CREATED = "created"
 BASELINE_TOK_PER_S = "baseline_tok_per_s"
 BASELINE_TRIAL = "baseline_trial"
+PLAN = "plan"  # load levels, objective and latency limits (optimizer.levels.plan_record)
 
 
 def constraint_attr(name: str) -> str:

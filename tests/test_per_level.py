@@ -1,0 +1,230 @@
+"""Answers per load level, end to end: one boot measures several concurrency levels, the study exports the best
+configuration of each level, a latency limit changes the objective's winner, and per-level figures survive a
+pruned trial. Real simulator processes (Kimi-K2.5 profile), a real journal file, real Ray actors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import sim_command
+
+from optimizer.errors import ConfigError
+from optimizer.executors import RayExecutor
+from optimizer.export import export_study
+from optimizer.hosts.config import local_host
+from optimizer.levels import level_answers, study_plan
+from optimizer.loadgen.workload import Workload
+from optimizer.objective import Objective, Plan
+from optimizer.settings import parse_study
+from optimizer.space import parse_space
+from optimizer.study import Driver, Progress
+
+KIMI = "kimi-k2.5-8x-rtxpro6000"
+# What the profile's model says (python -m optimizer.sim truth): with TP 8 on PCIe the 2-step chain with NCCL
+# LL/Ring wins at concurrency 1 (+7.8 % over the next), no speculation with LL wins at 8 (+9 %), and at 64 LL's
+# low bandwidth loses: no speculation or a chain without LL wins there.
+SPACE = {
+    "name": "levels",
+    "fixed": {
+        "model-path": "m",
+        "speculative-draft-model-path": "d",
+        "tp-size": 8,
+        "attention-backend": "flashinfer",
+        "max-running-requests": 64,
+    },
+    "parameters": {
+        "speculative-algorithm": {"type": "categorical", "choices": ["none", "EAGLE3"]},
+        "speculative-num-steps": {"type": "categorical", "choices": [2]},
+        "speculative-eagle-topk": {"type": "categorical", "choices": [1]},
+        "NCCL_PROTO": {"type": "categorical", "choices": ["unset", "LL"]},
+        "NCCL_ALGO": {"type": "categorical", "choices": ["unset", "Ring"]},
+    },
+}
+
+
+def cand(algo: str, proto: str, algo_nccl: str) -> dict:
+    return {
+        "speculative-algorithm": algo,
+        "speculative-num-steps": 2,
+        "speculative-eagle-topk": 1,
+        "NCCL_PROTO": proto,
+        "NCCL_ALGO": algo_nccl,
+    }
+
+
+SPEC_LL = cand("EAGLE3", "LL", "Ring")
+NONE_LL = cand("none", "LL", "unset")
+SPEC_PLAIN = cand("EAGLE3", "unset", "Ring")
+NONE_RING = cand("none", "unset", "Ring")
+
+
+def run_study(tmp_path: Path, name: str, **over) -> tuple[optuna.Study, dict, list[str]]:
+    data = {
+        "study": name,
+        "studies_dir": str(tmp_path / "studies"),
+        # step scale 2: decode steps at half speed keep 64 streams light enough for a shared 2-core machine
+        "server": {"command": sim_command(KIMI, time_scale=0.002, step_scale=2.0), "boot_timeout_s": 60},
+        "workload": {
+            "concurrency": [1, 8, 64],
+            "max_tokens": 24,
+            "chunks": 2,
+            "requests_per_chunk": 1,
+            "warmup_requests": 1,
+        },
+        "budget": {"trials": 5},
+        "sampler": {"seed": 0},
+        "initial": [SPEC_LL, NONE_LL, SPEC_PLAIN, NONE_RING],
+        "objective": {"level": 1},
+    }
+    data.update(over)
+    cfg = parse_study(data, "test")
+    hosts = [local_host("local")]
+    executor = RayExecutor(hosts, cfg.study_dir.absolute())
+    lines: list[str] = []
+    try:
+        study = Driver(cfg, parse_space(SPACE, "levels.yaml"), hosts, executor, progress=Progress(lines.append)).run()
+    finally:
+        executor.shutdown()
+    return study, export_study(study, cfg.study_dir), lines
+
+
+def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_path, ray_runtime):
+    # p99 ITL at concurrency 8 must stay under 65 ms (step scale 2): speculation's verify bursts break it there.
+    study, summary, lines = run_study(tmp_path, "levels", limits={8: {"itl_p99_ms": 65}})
+    trials = study.get_trials()
+    launched = [t for t in trials if t.user_attrs.get("launched")]
+    assert len(launched) == 5  # one boot per configuration, every level measured after it
+
+    # Every launched trial carries all three levels, each with its own chunks, tok/s, latencies and accept length.
+    for t in launched:
+        levels = t.user_attrs["levels"]
+        assert set(levels) == {"1", "8", "64"}
+        for m in levels.values():
+            assert m["complete"] and m["chunks_run"] == 2 and m["tok_per_s"] > 0
+            assert m["ttft_ms_p99"] > 0 and m["itl_ms_p99"] > 0
+        spec = t.user_attrs["flags"].get("speculative-algorithm") == "EAGLE3"
+        assert (levels["1"]["accept_length"] is not None) == spec
+        if spec:
+            assert 1.2 < levels["1"]["accept_length"] < 3.0
+        # the objective is concurrency 1: its figures are the trial's value and its flat attributes
+        if t.user_attrs["outcome"] == "complete":
+            assert t.value == pytest.approx(levels["1"]["tok_per_s"])
+            assert t.user_attrs["itl_ms_p99"] == levels["1"]["itl_ms_p99"]
+        # intermediate values are the objective level's chunks only: they pair across trials
+        assert sorted(t.intermediate_values) == [0, 1]
+
+    # Three levels, three different answers, each in its own SGLang config file.
+    rows = {r["concurrency"]: r for r in summary["levels"]}
+    assert set(rows) == {1, 8, 64}
+    winners = {c: rows[c]["trial"] for c in rows}
+    assert len(set(winners.values())) == 3, rows
+    out = tmp_path / "studies/levels"
+    files = {c: yaml.safe_load((out / f"best-c{c}.yaml").read_text()) for c in rows}
+    envs = {c: [x for x in (out / f"best-c{c}.env").read_text().splitlines() if x.startswith("export")] for c in rows}
+    assert len({json.dumps([files[c], envs[c]], sort_keys=True) for c in rows}) == 3  # flags + NCCL env differ
+    assert files[1]["speculative-algorithm"] == "EAGLE3"  # speculation pays at concurrency 1 ...
+    assert "speculative-algorithm" not in files[8]  # ... and not at 8, which the table says plainly
+    assert rows[8]["speculation_wins"] is False and "no speculative configuration beats the baseline" in rows[8]["note"]
+    assert (tmp_path / "studies/levels/best-c8.env").read_text().count("export NCCL_PROTO=LL") == 1
+    for c in rows:
+        assert rows[c]["gain_over_baseline"] is not None and rows[c]["baseline_tok_per_s"] > 0
+
+    # The latency limit: the fastest trial at concurrency 1 (the per-level answer, which only checks limits at
+    # that level) breaks the p99 ITL limit at 8, so it cannot be the objective's best; the winner changes.
+    top = max((t for t in launched if t.user_attrs["outcome"] == "complete"), key=lambda t: t.value)
+    assert winners[1] == top.number and top.user_attrs["flags"]["speculative-algorithm"] == "EAGLE3"
+    assert top.constraints["c8_itl_p99_ms"] > 0 and top.user_attrs["constraint:c8_itl_p99_ms"] > 0
+    assert summary["best"]["trial"] != top.number
+    best = study.trials[summary["best"]["trial"]]
+    assert all(v <= 0 for v in best.constraints.values())
+    assert summary["limits"] == ["c8: itl p99 <= 65 ms"]
+    assert "objective" in summary and "concurrency 1" in summary["objective"]
+
+
+def test_pruning_acts_on_the_objective_level_which_runs_first(tmp_path, ray_runtime):
+    """Objective concurrency 8 runs first and only its chunks are reported, so they pair across trials; a clearly
+    worse configuration is pruned there and the other level is never spent on it."""
+    study, summary, _ = run_study(
+        tmp_path,
+        "prune",
+        objective={"level": 8},
+        workload={
+            "concurrency": [1, 8],
+            "max_tokens": 24,
+            "chunks": 4,
+            "requests_per_chunk": 1,
+            "warmup_requests": 1,
+        },
+        initial=[NONE_LL, SPEC_LL, cand("EAGLE3", "unset", "unset")],
+        pruner={"name": "ratio", "n_startup_trials": 1},
+        budget={"trials": 4},
+    )
+    pruned = [t for t in study.get_trials() if t.user_attrs.get("outcome") == "pruned"]
+    assert pruned, [(t.number, t.user_attrs.get("outcome"), t.value) for t in study.get_trials()]
+    for t in pruned:
+        assert max(t.intermediate_values) < 3  # stopped before the objective level's last chunk
+        assert "1" not in (t.user_attrs.get("levels") or {})  # the other level never ran: no restart was wasted
+    assert [r["concurrency"] for r in summary["levels"]] == [1, 8]
+
+
+def test_objective_and_limits_are_validated_against_the_levels():
+    base = {"workload": {"concurrency": [1, 8, 32]}}
+    assert parse_study({**base, "objective": "weighted"}).plan().describe().startswith("weighted tok/s")
+    assert parse_study({**base, "objective": {"level": 8}}).plan().order() == [8, 1, 32]
+    cfg = parse_study({**base, "limits": {"itl_p99_ms": 30, 32: {"ttft_p99_ms": 900}}})
+    assert cfg.plan().limits[8] == [("itl_p99_ms", 30.0)]
+    assert cfg.plan().limits[32] == [("itl_p99_ms", 30.0), ("ttft_p99_ms", 900.0)]  # every level + its own
+    for bad, key in (
+        ({"objective": {"level": 4}}, "objective.level"),
+        ({"objective": {"aggregate": "weighted", "weights": {64: 1}}}, "objective.weights.64"),
+        ({"limits": {64: {"itl_p99_ms": 3}}}, "limits.64"),
+        ({"limits": {"itl_p99": 3}}, "limits"),
+        ({"workload": {"concurrency": [8, 8]}}, "workload.concurrency"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            parse_study({**base, **bad}, "study.yaml")
+        assert "study.yaml" in str(e.value) and key in str(e.value), str(e.value)
+    # a single int stays valid and means one level
+    assert Workload(concurrency=8).levels == [8] and not Workload(concurrency=8).multi_level
+
+
+def test_weighted_steps_pair_by_level_and_limits_judge_every_level():
+    plan = Plan([1, 8, 32], Objective(aggregate="weighted", weights={1: 1, 32: 3}), {}, chunks=4)
+    assert plan.order() == [1, 8, 32]
+    assert [plan.step(1, 2), plan.step(8, 0), plan.step(32, 3)] == [2, None, 11]  # weight 0: not reported
+    assert plan.last_step() == 11
+    per = {1: {"tok_per_s": 100.0, "complete": True}, 32: {"tok_per_s": 1000.0, "complete": True}}
+    assert plan.value(per) == pytest.approx((100 + 3000) / 4)
+    assert plan.value({1: per[1]}) is None  # a needed level missing: no value
+    assert study_plan(optuna.create_study()) is None
+
+
+def test_a_pruned_trial_counts_for_the_levels_it_measured_in_full():
+    """With an aggregate objective a trial may be pruned at a later level: its complete levels still answer."""
+    study = optuna.create_study(direction="maximize")
+    plan = Plan([1, 8], Objective(aggregate="weighted"), {}, chunks=2)
+    study.set_user_attr("plan", {"levels": [1, 8], "chunks": 2, "objective": {"aggregate": "weighted"}, "limits": {}})
+
+    def add(state, levels, baseline=False, algo="EAGLE3"):
+        attrs = {
+            "outcome": state.name.lower(),
+            "levels": levels,
+            "flags": {"speculative-algorithm": algo} if algo else {},
+        }
+        if baseline:
+            attrs["baseline"] = True
+        t = optuna.trial.create_trial(
+            state=state, value=1.0 if state == optuna.trial.TrialState.COMPLETE else None, user_attrs=attrs
+        )
+        study.add_trial(t)
+
+    full = {"complete": True}
+    add(optuna.trial.TrialState.COMPLETE, {"1": {**full, "tok_per_s": 90}, "8": {**full, "tok_per_s": 400}}, True, None)
+    add(optuna.trial.TrialState.PRUNED, {"1": {**full, "tok_per_s": 120}, "8": {"complete": False, "tok_per_s": 300}})
+    answers = {a.level: a for a in level_answers(study, study_plan(study) or plan)}
+    assert answers[1].best.number == 1 and answers[1].gain == pytest.approx(120 / 90 - 1)
+    assert answers[8].best.number == 0 and not answers[8].speculation_wins  # the pruned level does not count
