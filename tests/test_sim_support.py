@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 #: The real server's recorded replies, logs and timelines (SGLang 0.5.17 on one H200, dummy weights), kept in the
-#: repository: tests/data/sglang-0.5.17-h200/README.md says how they were made.
+#: repository: tests/data/sglang-0.5.17-h200/PROVENANCE.md says where they came from.
 RECORDINGS = REPO / "tests" / "data" / "sglang-0.5.17-h200"
 
 

@@ -76,7 +76,7 @@ NCCL_INVALID_MESSAGE = (
 )
 NCCL_HANG_MESSAGE = "NCCL init hangs: no log output after 'Init torch distributed begin.'"
 
-#: the launch-to-launch noise CALIBRATION.md reports (repeating a launch moved tok/s by 3-4%): one sigma.
+#: the launch-to-launch noise docs/calibration.md reports (repeating a launch moved tok/s by 3-4%): one sigma.
 LAUNCH_NOISE_SIGMA = 0.018
 
 
@@ -536,7 +536,7 @@ class Profile:
 
     # ------------------------------------------------------------------ noisy measurements
     def launch_factor(self, rng: np.random.Generator) -> float:
-        """One launch's multiplicative speed factor (CALIBRATION.md: repeating a launch moved tok/s by 3-4%)."""
+        """One launch's multiplicative speed factor (docs/calibration.md: repeating a launch moved tok/s by 3-4%)."""
         return float(np.clip(rng.normal(1.0, LAUNCH_NOISE_SIGMA), 0.9, 1.1))
 
     def chunk_tok_per_s(

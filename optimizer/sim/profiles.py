@@ -1,4 +1,4 @@
-"""Hardware profiles of the simulator, each calibrated to published figures (CALIBRATION.md).
+"""Hardware profiles of the simulator, each calibrated to published figures (docs/calibration.md).
 
 Every profile lists in ``figures`` the published numbers it reproduces (``tests/test_sim_model.py`` holds it to
 them within 5%). Acceptance curves are chain accept lengths L(k) for k = 1..7 steps at topk 1, bonus token
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from .model import Comm, Profile, Rule
 
-# Published EAGLE-3 accept lengths by k (CALIBRATION.md): Llama-4-Maverick drafter (code, math, summarization)
+# Published EAGLE-3 accept lengths by k (docs/calibration.md): Llama-4-Maverick drafter (code, math, summarization)
 # and the chat curve used for the 8B measurements on an H200.
 MAVERICK = {
     "code": [1.83, 2.45, 2.94, 3.26, 3.47, 3.57, 3.62],
@@ -28,7 +28,7 @@ def _scaled(curves: dict[str, list[float]], q: float) -> dict[str, list[float]]:
 def kimi_k25_8x_rtxpro6000() -> Profile:
     """Kimi-K2.5 (INT4, 1T MoE: 384 experts, 8 active) on 8x RTX PRO 6000 Blackwell (PCIe, no P2P), TP 8.
 
-    Reproduces the field report in CALIBRATION.md:
+    Reproduces the field report in docs/calibration.md:
     - no speculation: 88.8-90 tok/s single stream (model: ~89.3);
     - NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_P2P_LEVEL=SYS cut the 5-step verify pass ~27% (28.7 ms -> 21.7 ms);
     - with that tuning, EAGLE3 2 steps (3 draft tokens) = 94.0 tok/s, the best at concurrency 1; more steps worse;
@@ -179,7 +179,7 @@ def llama31_8b_h100() -> Profile:
     Reproduces: no speculation 158.34 tok/s; EAGLE-3 at SGLang's auto defaults for LlamaForCausalLM (steps 5,
     topk 4, draft tokens 8) 373.25 tok/s, both at batch 1 on the chat (MT-Bench) mix. Step-time shape (verify
     cost per step and per extra request, tree overhead) scaled from the 8B measurements on an H200 in
-    CALIBRATION.md. TP 1: NCCL settings and custom all-reduce change nothing.
+    docs/calibration.md. TP 1: NCCL settings and custom all-reduce change nothing.
     Failures: flashinfer with topk >= 8 fails CUDA graph capture; steps*topk + draft > 64 runs out of memory;
     triton with topk >= 4 and >= 16 draft tokens crashes mid-serving; draft tokens beyond SGLang's runtime limit
     crash on the first request.
@@ -358,7 +358,7 @@ def glm47_flash_h200() -> Profile:
 
 
 def smollm2_135m_h200() -> Profile:
-    """SmolLM2-135M with dummy weights on 1x H200 (the recorded real server, recordings/sglang-0.5.17-h200).
+    """SmolLM2-135M with dummy weights on 1x H200 (the recorded real server, tests/data/sglang-0.5.17-h200).
 
     Reproduces the recorded launches (launch-overhead bound, so only shapes): baseline 413.6 tok/s at
     concurrency 1; EAGLE3 (3,1,4) 855 tok/s and (3,4,8) 665 tok/s at concurrency 1 with accept length 3.0

@@ -1,4 +1,4 @@
-"""SGLang 0.5.17's reply shapes, taken from the real server's recorded replies (recordings/sglang-0.5.17-h200).
+"""SGLang 0.5.17's reply shapes, taken from the real server's recorded replies (tests/data/sglang-0.5.17-h200).
 
 Generated once from launch B's /get_server_info, /get_model_info and /metrics; the simulator overrides the values
 it models. Kept as data so the replies carry the same keys, in the same order, as the real server.

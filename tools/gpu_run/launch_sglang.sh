@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The server command of the real-GPU study: sets SGLANG_SIMULATE_ACC_LEN from the trial's own
 # --speculative-num-steps (dummy weights accept nothing by themselves) using the published EAGLE-3 chat accept
-# lengths for k = 1..5 (CALIBRATION.md: 1.76, 2.285, 2.655, 2.89, 3.035; topk > 1 trees get the same depth's value),
+# lengths for k = 1..5 (docs/calibration.md: 1.76, 2.285, 2.655, 2.89, 3.035; topk > 1 trees get the same depth's value),
 # then execs SGLang itself, so the process group, pid and exit status are SGLang's. The step count is read from the
 # command line, else from a `--config FILE` (the exported best.yaml), so a round trip gets the same accept length.
 steps=""

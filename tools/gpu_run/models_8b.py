@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An 8B-sized Llama (Llama-3.1-8B dimensions, the SmolLM2 tokenizer's 49152-token vocabulary) and its EAGLE-3
 draft head, as dummy-weight model directories: realistic step times on a real GPU without downloading weights.
-These are the dimensions CALIBRATION.md's "8B-sized Llama on 1x H200" measurements used.
+These are the dimensions docs/calibration.md's "8B-sized Llama on 1x H200" measurements used.
 
     python3 tools/gpu_run/models_8b.py --root /tmp/models --tokenizer /tmp/site/_offline_assets/smollm2-tokenizer
 """
