@@ -95,6 +95,36 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
     return 130 if driver.stopping else 0
 
 
+def dry_run(cfg: StudyConfig, *, boot_s: float | None = None, bench_s: float | None = None) -> int:
+    """``optimize --dry-run``: plan the study and print it; no host is contacted, no server starts."""
+    import tempfile
+
+    from .dryrun import describe, first_launches
+    from .dryrun import dry_run as plan_study
+
+    space = load_space(cfg.space)
+    hosts = read_hosts(cfg.hosts) if cfg.hosts else [local_host()]
+    existing = None
+    if "://" in cfg.storage_url or Path(cfg.storage_url).exists():
+        try:
+            existing = open_existing(cfg)
+        except ConfigError:
+            existing = None
+    with tempfile.TemporaryDirectory(prefix="dry-run-") as scratch:
+        d = plan_study(
+            cfg,
+            space,
+            hosts=len(hosts),
+            existing=existing,
+            boot_s=boot_s,
+            bench_s=bench_s,
+            first_launches=first_launches(cfg, space, existing, scratch),
+        )
+    print(f"study {cfg.study} (dry run): space {cfg.space}")
+    describe(d)
+    return 0
+
+
 def print_table(study: optuna.Study) -> None:
     from .study import summary_rows
 

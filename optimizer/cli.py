@@ -10,6 +10,19 @@ from typing import Any
 from .errors import ConfigError, OptimizerError
 
 
+def _levels(text: str | None) -> int | list[int] | None:
+    """``--concurrency 8`` or ``--concurrency 1,8,32``."""
+    if text is None:
+        return None
+    try:
+        levels = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"{text!r}: give one level (8) or a comma-separated list (1,8,32)", key="--concurrency"
+        ) from None
+    return levels[0] if len(levels) == 1 else levels
+
+
 def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
     o: dict[str, Any] = {
         "study": a.study,
@@ -22,7 +35,7 @@ def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
         "sampler.name": a.sampler,
         "sampler.seed": a.seed,
         "pruner.name": a.pruner,
-        "workload.concurrency": a.concurrency,
+        "workload.concurrency": _levels(a.concurrency),
         "workload.max_tokens": a.max_tokens,
         "workload.chunks": a.chunks,
         "workload.requests_per_chunk": a.requests_per_chunk,
@@ -83,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", help="simulator profile (when the server is the bundled simulator)")
     p.add_argument("--time-scale", type=float, help="simulator boot-time scale")
     p.add_argument("--step-scale", type=float, help="simulator decode-step-time scale")
-    p.add_argument("--concurrency", type=int)
+    p.add_argument("--concurrency", help="one load level (8) or several measured after each boot (1,8,32,64)")
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--chunks", type=int)
     p.add_argument("--requests-per-chunk", type=int)
@@ -97,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ray-address", help="connect to a running Ray cluster instead of starting one")
     p.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the space's size, what SGLang's rules reject, the launches the budget buys with an estimated "
+        "wall-clock, and the first launches; start nothing",
+    )
+    p.add_argument("--boot-s", type=float, help="dry run: seconds one boot takes (default: measured so far)")
+    p.add_argument("--bench-s", type=float, help="dry run: seconds one benchmark takes (default: measured so far)")
 
     for name, text in (
         ("export", "rewrite best.yaml, best.env, best.sh and summary.json from storage"),
@@ -140,6 +161,10 @@ def _load(args: argparse.Namespace) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     cfg = _load(args)
+    if args.command == "optimize" and args.dry_run:
+        from .app import dry_run
+
+        return dry_run(cfg, boot_s=args.boot_s, bench_s=args.bench_s)
     if args.command == "optimize":
         from .app import optimize
 

@@ -159,3 +159,57 @@ def dry_run(
 def describe(d: DryRun, printer: Callable[[str], Any] = print) -> None:
     for line in d.lines():
         printer(line)
+
+
+class _NoExecutor:
+    """Stands in for the hosts in a dry run: nothing is started, nothing is stopped."""
+
+    events = None
+
+    def reap_orphans(self) -> dict[str, list[int]]:
+        return {}
+
+
+def first_launches(cfg: StudyConfig, space: SearchSpace, existing: optuna.Study | None, scratch: str) -> Callable:
+    """The driver's own asks (baseline, warm starts, the sampler with its seed, pre-checks and dedup) on an
+    in-memory copy of the study; a launch is recorded as running, never told a made-up value. After the
+    sampler's start-up trials its choices depend on measurements, which a dry run does not have."""
+
+    def preview(n: int) -> list[str]:
+        from .progress import Progress
+        from .study import Driver
+        from .study import records as R
+        from .study.storage import load_or_create
+
+        mem = cfg.model_copy(update={"storage": "sqlite:///:memory:", "studies_dir": scratch})
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line for the scratch copy
+        try:
+            study = load_or_create(mem)
+        finally:
+            optuna.logging.set_verbosity(verbosity)
+        if existing is not None:
+            for t in existing.get_trials(deepcopy=False):
+                if t.state.is_finished():
+                    study.add_trial(t)
+        driver = Driver(mem, space, [], _NoExecutor(), progress=Progress(lambda _s: None), study=study)
+        driver.prepare()
+        out: list[str] = []
+        asks = 0
+        while len(out) < n and asks < 400:
+            asks += 1
+            a = driver._ask()
+            if a is None:
+                continue
+            driver.active[a.trial.number] = a  # running: later asks see it (dedup, constant liar)
+            ua = a.trial.user_attrs
+            why = (
+                "baseline"
+                if ua.get(R.BASELINE)
+                else ua.get(R.WARM_START)
+                or ("re-queued" if ua.get(R.REQUEUED_FROM) is not None else f"sampler ({cfg.sampler.name})")
+            )
+            out.append(f"{ua.get(R.CONFIG, '')}  [{why}]")
+        return out
+
+    return preview

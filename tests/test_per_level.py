@@ -228,3 +228,49 @@ def test_a_pruned_trial_counts_for_the_levels_it_measured_in_full():
     answers = {a.level: a for a in level_answers(study, study_plan(study) or plan)}
     assert answers[1].best.number == 1 and answers[1].gain == pytest.approx(120 / 90 - 1)
     assert answers[8].best.number == 0 and not answers[8].speculation_wins  # the pruned level does not count
+
+
+def test_dry_run_plans_without_starting_anything(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "optimizer",
+            "optimize",
+            "--dry-run",
+            "--study",
+            "plan",
+            "--studies-dir",
+            str(tmp_path / "studies"),
+            "--space",
+            "search_spaces/eagle3.yaml",
+            "--concurrency",
+            "1,8,64",
+            "--trials",
+            "30",
+            "--boot-s",
+            "720",
+            "--bench-s",
+            "120",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "space: 145,921 distinct configurations" in out
+    assert "rejected without a launch: 96,864; launchable: 49,057" in out
+    assert (
+        "SGLang's runtime tree limit" in out and "the space's constraints: violates 'draft <= steps * topk + 1'" in out
+    )
+    assert "load levels per boot: [1, 8, 64]; objective: tok/s at concurrency 64" in out
+    # 30 launches on one host at 720 + 120 + 5.5 s each
+    assert "budget: 30 launches on 1 host(s)" in out and "estimated wall-clock: 7.0 h" in out
+    first = [line for line in out.splitlines() if line.startswith("   ") and ". " in line]
+    assert first[0].endswith("baseline  [baseline]") and "[sglang auto default]" in first[1] and len(first) == 8
+    assert "nothing was started" in out and not (tmp_path / "studies").exists()
