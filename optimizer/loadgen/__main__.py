@@ -37,12 +37,16 @@ def main(argv: list[str] | None = None) -> int:
         for name in Workload.model_fields:
             v = getattr(a, name)
             if v is not None:
-                data[name] = v.split(",") if name == "categories" else v
+                if name == "categories":
+                    v = v.split(",")
+                elif name == "concurrency" and "," in v:
+                    v = [x.strip() for x in v.split(",") if x.strip()]  # several levels: 1,8,32 (validated below)
+                data[name] = v
         w = Workload.from_dict(data, file=str(a.workload) if a.workload else "command line")
 
         def show(c: ChunkResult) -> bool:
             print(
-                f"chunk {c.index}: {c.tok_per_s:,.1f} tok/s, {c.completed} ok, {c.failed} failed, {c.wall_s:.2f} s",
+                f"concurrency {c.level} chunk {c.index}: {c.tok_per_s:,.1f} tok/s, {c.completed} ok, {c.failed} failed, {c.wall_s:.2f} s",
                 file=sys.stderr,
             )
             return True
