@@ -82,6 +82,10 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
         ex.shutdown()
     summary = export_study(study, cfg.study_dir)
     print_table(study)
+    from .levels_view import terminal_lines
+
+    for line in terminal_lines(summary, study):
+        print(line)
     best = summary.get("best")
     if best:
         gain = best.get("gain_over_baseline")

@@ -394,8 +394,13 @@ def annotate(study: optuna.Study, frozen: FrozenTrial, cfg: Any) -> None:
         artifacts = []
     base = study.user_attrs.get(R.BASELINE_TOK_PER_S)
     body = note_markdown(frozen, baseline_tok_per_s=base, artifacts=artifacts, study_id=study._study_id)
+    from .levels_view import note_lines, study_note_lines
+
+    per_level = note_lines(study, frozen)  # a study over several load levels: figures and limits per level
+    if per_level:
+        body = body.rstrip() + "\n\n" + "\n".join(per_level) + "\n"
     # save_note only needs the storage, the study and the trial id; an ``optuna.Trial`` would also call the
     # sampler's before_trial hook for a trial that is already over.
     optuna_dashboard.save_note(SimpleNamespace(storage=study._storage, study=study, _trial_id=frozen._trial_id), body)
     if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
-        optuna_dashboard.save_note(study, study_note_markdown(study))
+        optuna_dashboard.save_note(study, study_note_markdown(study) + study_note_lines(study))

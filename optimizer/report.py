@@ -533,6 +533,8 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
     """Write the report to ``path`` (parent directories created) and return the path."""
     import plotly.offline
 
+    from .levels_view import report_section
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sections = []
@@ -570,6 +572,7 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
 <header><h1>SGLang speculative decoding: study {html.escape(study.study_name)}</h1><div class="sub">{sub}</div></header>
 <main>
 {_header(study)}
+{report_section(study)}
 <div class="grid">
 {"".join(sections)}
 </div>

@@ -17,8 +17,10 @@ from optimizer.executors import RayExecutor
 from optimizer.export import export_study
 from optimizer.hosts.config import local_host
 from optimizer.levels import level_answers, study_plan
+from optimizer.levels_view import note_lines, terminal_lines
 from optimizer.loadgen.workload import Workload
 from optimizer.objective import Objective, Plan
+from optimizer.report import write_report
 from optimizer.settings import parse_study
 from optimizer.space import parse_space
 from optimizer.study import Driver, Progress
@@ -143,6 +145,17 @@ def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_p
     assert all(v <= 0 for v in best.constraints.values())
     assert summary["limits"] == ["c8: itl p99 <= 65 ms"]
     assert "objective" in summary and "concurrency 1" in summary["objective"]
+
+    # The same answers for people: the report's section, the trial's note, the final terminal summary.
+    page = write_report(study, tmp_path / "report.html").read_text()
+    assert "Answers per load level" in page and "c8: itl p99 &lt;= 65 ms" in page
+    assert "no speculative configuration beats the baseline" in page and "best-c1.yaml" in page
+    note = "\n".join(note_lines(study, top))
+    assert "### Per load level" in note and "limit c8 itl p99 <= 65 ms: **broken**" in note
+    term = terminal_lines(summary, study)
+    assert term[0].startswith("best per load level (objective: tok/s at concurrency 1)")
+    assert any(line.strip().startswith("8 ") and "baseline" in line for line in term), term
+    assert any("serve without speculation at this load" in line for line in term)
 
 
 def test_pruning_acts_on_the_objective_level_which_runs_first(tmp_path, ray_runtime):
