@@ -29,9 +29,15 @@ def log(msg: str) -> None:
 
 
 def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.strategies import compare
+    from benchmarks.landscapes import HELD_OUT, TUNING
+    from benchmarks.strategies import compare, compare_family
 
-    return compare(seeds=args.seeds, log=log)
+    out = compare(seeds=args.seeds, log=log)
+    out["families"] = [
+        compare_family("tuning", TUNING, log=log),
+        compare_family("held-out", HELD_OUT, log=log),
+    ]
+    return out
 
 
 def section_loop(work: Path) -> dict[str, Any]:
@@ -50,7 +56,7 @@ def section_loop(work: Path) -> dict[str, Any]:
 
 def section_hosts(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.loop import trials_per_hour
-    from benchmarks.strategies import run_driver, space_for, truth
+    from benchmarks.strategies import wall_clock_by_hosts
 
     measured = trials_per_hour(work)
     for n, v in measured.items():
@@ -58,20 +64,8 @@ def section_hosts(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             f"  {n} host(s): {v['trials_per_hour']:.0f} trials/h measured on time-scaled simulators "
             f"(x{v['speedup']:.2f})"
         )
-    # With real boot times (Kimi profile, 10-15 min restarts): the same driver on the model's clock.
-    prof = "kimi-k2.5-8x-rtxpro6000"
-    space = space_for(prof)
-    tr = truth(prof, space, 1)
-    model = {}
-    for n in (1, 2, 4):
-        r = run_driver(prof, 1, "ours", 0, 40, space, tr, hosts=n)
-        model[str(n)] = {"trials_per_hour": 3600 * r["launches"] / r["clock_s"], "launches": r["launches"]}
-    for v in model.values():
-        v["speedup"] = v["trials_per_hour"] / model["1"]["trials_per_hour"]
-    for n, v in model.items():
-        log(
-            f"  {n} host(s): {v['trials_per_hour']:.2f} trials/h at the profile's real boot times (x{v['speedup']:.2f})"
-        )
+    # With real boot times (10-15 min restarts): wall-clock to 98 % on the model's clock, 1, 2 and 4 hosts.
+    model = {p: wall_clock_by_hosts(p, seeds=args.host_seeds, log=log) for p in ("kimi-k2.5-8x-rtxpro6000",)}
     return {"measured": measured, "model_clock": model}
 
 
@@ -106,7 +100,7 @@ def section_accuracy(args: argparse.Namespace) -> dict[str, Any]:
 def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """A smaller run through real simulator processes, checked against the in-process model run."""
     from benchmarks.loop import run_study
-    from benchmarks.strategies import make_pruner, make_sampler, truth
+    from benchmarks.strategies import make_pruner, make_sampler, true_value, truth
     from optimizer.space import load_space
 
     prof = "llama-3.1-8b-h100"
@@ -119,7 +113,6 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from optimizer.settings import parse_study
     from optimizer.simexec import ModelExecutor
     from optimizer.study import Driver, Progress, best_trial
-    from optimizer.study import records as R
 
     tr = truth(prof, space, 1)
     for seed in range(args.e2e_seeds):
@@ -139,14 +132,14 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             {"study": "m", "budget": {"trials": args.e2e_trials}, "workload": workload, "sampler": {"seed": seed}},
             "bench",
         )
-        study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg), pruner=make_pruner("ratio"))
+        study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg, space), pruner=make_pruner("ratio"))
         ex = ModelExecutor(prof, ["h0"], cfg.workload, seed=seed)
         Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
         mb = best_trial(study)
         row = {
             "seed": seed,
-            "real_best_true_frac": tr["values"].get(rb.user_attrs[R.CANDIDATE_KEY], 0) / tr["optimum"],
-            "model_best_true_frac": tr["values"].get(mb.user_attrs[R.CANDIDATE_KEY], 0) / tr["optimum"],
+            "real_best_true_frac": true_value(tr, rb) / tr["optimum"],
+            "model_best_true_frac": true_value(tr, mb) / tr["optimum"],
             "real_outcomes": _counts(real["study"]),
             "model_outcomes": _counts(study),
             "real_wall_s": real["wall_s"],
@@ -184,11 +177,32 @@ def print_table(results: dict[str, Any]) -> None:
                     f"{v['restarts_p90']:7.1f} {v['reached']:>4d}/{s['seeds']:<3d} {v['wall_h_median']:7.1f} "
                     f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d}"
                 )
+            grid = row["strategies"].get("grid", {})
             log(
                 f"{'':28s} optimum {row['optimum_tok_per_s']:.1f} tok/s ({row['optimum_config']}), "
-                f"baseline {row['baseline_tok_per_s']:.1f}; full grid "
-                f"{row['strategies']['grid'].get('full_grid_wall_h', float('nan')):.0f} h"
+                f"baseline {row['baseline_tok_per_s']:.1f}; full grid {grid.get('full_grid_wall_h', float('nan')):.0f} h"
             )
+        for fam in s.get("families", []):
+            label = f"{fam['name']} family ({len(fam['landscapes'])})"
+            for name, v in fam["strategies"].items():
+                log(
+                    f"{label:28s} {'-':>4s} {name:10s} {v['restarts_median']:7.1f} {v['restarts_p90']:7.1f} "
+                    f"{v['reached']:>4d}/{v['runs']:<3d} {'':>7s} {v['prune_saving_mean']:11.0%} "
+                    f"{v['optimum_pruned_runs']:>10d}"
+                )
+            log(
+                f"{'':28s} budget {fam['budget']} launches; in {fam['baseline_within_target']} landscapes no "
+                f"speculation is already within 2 % of the optimum"
+            )
+    h = results.get("hosts", {}).get("model_clock")
+    if h:
+        for prof, v in h.items():
+            log(f"\nWall-clock to 98% with 1, 2, 4 hosts ({prof}, real boot times, median over {v['seeds']} seeds)")
+            for n, w in v["hosts"].items():
+                log(
+                    f"  {n} host(s): {w['wall_h_median']:.2f} h (x{w['wall_fraction_of_one_host']:.2f}), "
+                    f"restarts {w['restarts_median']:.1f}"
+                )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS))
     ap.add_argument("--accuracy-seconds", type=float, default=10.0)
     ap.add_argument("--e2e-seeds", type=int, default=2)
+    ap.add_argument("--host-seeds", type=int, default=10)
     ap.add_argument("--e2e-trials", type=int, default=10)
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)

@@ -20,11 +20,14 @@ import numpy as np
 import optuna
 import yaml
 
+from optimizer.candidate import Candidate
 from optimizer.hosts.config import local_host
 from optimizer.loadgen.workload import Workload
 from optimizer.pruning import make_pruner
+from optimizer.samplers.candidates import build_table
 from optimizer.settings import parse_study
 from optimizer.sglang import flags as sgl
+from optimizer.sim.model import Profile
 from optimizer.sim.profiles import load_profile
 from optimizer.simexec import CATEGORY_MIX, STOP_S, ModelExecutor
 from optimizer.space import SearchSpace, parse_space
@@ -41,13 +44,19 @@ SCENARIOS = [
     ("glm-4.7-flash-h200", 1),
     ("glm-4.7-flash-h200", 32),
 ]
-STRATEGIES = ("ours", "random", "grid", "tpe-plain")
+#: "structured" is the default search; "tpe" the TPE set-up that was the default before it (baseline first, SGLang's
+#: default second, pre-check, dedup, constraints); "tpe-plain" and "random" are Optuna's samplers as they come.
+STRATEGIES = ("structured", "tpe", "random", "grid", "tpe-plain")
 WORKLOAD = dict(concurrency=1, max_tokens=256, warmup_requests=2, chunks=8, requests_per_chunk=4)
 
 
-def space_for(profile_name: str) -> SearchSpace:
+def _profile(profile: str | Profile) -> Profile:
+    return load_profile(profile) if isinstance(profile, str) else profile
+
+
+def space_for(profile: str | Profile) -> SearchSpace:
     """search_spaces/eagle3.yaml with the profile's model, draft model, TP size and attention backend."""
-    prof = load_profile(profile_name)
+    prof = _profile(profile)
     data = yaml.safe_load((ROOT / "search_spaces" / "eagle3.yaml").read_text())
     fixed = dict(data["fixed"])
     fixed.update(
@@ -60,33 +69,45 @@ def space_for(profile_name: str) -> SearchSpace:
     )
     data["fixed"] = fixed
     data["architecture"] = prof.architecture
-    return parse_space(data, f"eagle3.yaml[{profile_name}]")
+    return parse_space(data, f"eagle3.yaml[{prof.name}]")
 
 
-def truth(profile_name: str, space: SearchSpace, concurrency: int) -> dict[str, Any]:
-    """The true tok/s of every candidate that passes the optimizer's pre-check; and the optimum."""
-    prof = load_profile(profile_name)
-    values: dict[str, float] = {}
-    grid = []
-    best = (0.0, None)
-    for cand in space.grid():
-        if any(c.value > 0 for c in space.checks(cand, gpu_sm=prof.gpu_sm)):
-            continue
-        ev = prof.evaluate(dict(cand.flags), dict(cand.env), concurrency, CATEGORY_MIX)
-        v = ev.tok_per_s if ev.ok else 0.0
-        key = cand.key(architecture=space.model.architecture)
-        values[key] = v
-        grid.append((cand, ev))
-        if v > best[0]:
-            best = (v, cand)
-    base = space.baseline()
+def _true_tok_per_s(prof: Profile, flags: dict, env: dict, concurrency: int, accept_cache: dict) -> float:
+    """Profile.evaluate's steady-state tok/s without its boot-time bookkeeping (the truth of 50,000 candidates)."""
+    env = {k: str(v) for k, v in env.items() if v is not None and str(v) != "unset"}
+    kind = prof.failure(flags, env)[0]
+    if kind is not None:
+        return 0.0
+    r = prof._resolve(flags)
+    b = max(1, min(int(concurrency), r["max_running"]))
+    cycle = prof.step_times(b, r, env)[0]
+    key = (r["algo"], r["triple"])
+    if key not in accept_cache:
+        accept_cache[key] = prof.mixed_accept_length(r["algo"], r["triple"], CATEGORY_MIX)[0]
+    return b * accept_cache[key] / (cycle / 1000.0)
+
+
+def truth(profile: str | Profile, space: SearchSpace, concurrency: int) -> dict[str, Any]:
+    """The true tok/s of every candidate of the space (its candidate table), the optimum and the baseline."""
+    prof = _profile(profile)
+    table = build_table(space, gpu_sm=prof.gpu_sm)
+    values = np.zeros(table.valid.shape)
+    cache: dict = {}
+    for i, j in zip(*np.nonzero(table.valid)):
+        cand = space.candidate(table.params(int(i), int(j)))
+        values[i, j] = _true_tok_per_s(prof, dict(cand.flags), dict(cand.env), concurrency, cache)
+    i, j = np.unravel_index(int(values.argmax()), values.shape)
+    best = space.candidate(table.params(int(i), int(j)))
+    base = int(np.flatnonzero(~table.spec)[0]) if (~table.spec).any() else None
+    base_j = table.other_values.index(table.default_other)
     return {
+        "table": table,
         "values": values,
-        "grid": grid,
-        "optimum": best[0],
-        "optimum_config": best[1].short(),
-        "optimum_key": best[1].key(architecture=space.model.architecture),
-        "baseline": values.get(base.key(architecture=space.model.architecture), 0.0),
+        "optimum": float(values[i, j]),
+        "optimum_config": space.describe(best),
+        "optimum_ij": (int(i), int(j)),
+        "baseline": float(values[base, base_j]) if base is not None else 0.0,
+        "valid": int(table.valid.sum()),
     }
 
 
@@ -99,8 +120,8 @@ def _config(strategy: str, seed: int, budget: int, concurrency: int) -> Any:
         "sampler": {"seed": seed},
         "server": {"boot_timeout_s": 1800},
     }
-    if strategy == "ours":
-        data["sampler"]["name"] = "tpe"
+    if strategy in ("structured", "tpe"):
+        data["sampler"]["name"] = strategy
     elif strategy == "random":
         data["sampler"]["name"] = "random"
         data["pruner"] = {"name": "none"}
@@ -112,7 +133,7 @@ def _config(strategy: str, seed: int, budget: int, concurrency: int) -> Any:
 
 
 def run_driver(
-    profile_name: str,
+    profile: str | Profile,
     concurrency: int,
     strategy: str,
     seed: int,
@@ -120,15 +141,16 @@ def run_driver(
     space: SearchSpace,
     tr: dict[str, Any],
     hosts: int = 1,
+    launch_noise: float | None = None,
 ) -> dict[str, Any]:
     cfg = _config(strategy, seed, budget, concurrency)
     sp = space
-    if strategy != "ours":
-        # The alternatives have no baseline-first trial or warm start: a copy of the space without the baseline.
+    if strategy in ("random", "tpe-plain"):
+        # The plain alternatives have no baseline-first trial or warm start: a copy of the space without them.
         sp = SearchSpace(space.model.model_copy(update={"baseline": False}), space.source)
     study = optuna.create_study(
         direction="maximize",
-        sampler=make_sampler(cfg),
+        sampler=make_sampler(cfg, space),
         pruner=make_pruner(
             cfg.pruner.name,
             n_startup_steps=cfg.pruner.n_startup_steps,
@@ -137,7 +159,10 @@ def run_driver(
         ),
     )
     names = [f"h{i}" for i in range(hosts)]
-    ex = ModelExecutor(profile_name, names, cfg.workload, seed=seed + 1000)
+    ex = ModelExecutor(profile, names, cfg.workload, seed=seed + 1000)
+    if launch_noise is not None:
+        sigma = launch_noise
+        ex.profile.launch_factor = lambda rng: float(np.clip(rng.normal(1.0, sigma), 0.6, 1.4))  # type: ignore[method-assign]
     driver = Driver(cfg, sp, [local_host(n) for n in names], ex, progress=Progress(lambda s: None), study=study)
     driver.run()
     return score(study, ex, tr)
@@ -145,8 +170,7 @@ def run_driver(
 
 def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[str, Any]:
     """Walk the launches in the order they ended; after each, the incumbent's true value."""
-    values = tr["values"]
-    opt = tr["optimum"]
+    table, values, opt = tr["table"], tr["values"], tr["optimum"]
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
     launches = sorted(ex.ledger.launches, key=lambda x: x[1])
     best_measured = -1.0
@@ -158,12 +182,14 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
         t = trials.get(number)
         if t is None:
             continue
-        key = t.user_attrs.get(R.CANDIDATE_KEY)
-        if status == "pruned" and key == tr["optimum_key"]:
+        params = t.user_attrs.get(R.BASELINE_PARAMS) if t.user_attrs.get(R.BASELINE) else t.params
+        loc = table.locate(dict(t.user_attrs.get(R.FLAGS) or {}), dict(params or {}))
+        true = float(values[loc]) if loc is not None else 0.0
+        if status == "pruned" and loc == tr["optimum_ij"]:
             optimum_pruned = True
         if status == "complete" and t.value is not None and t.value > best_measured:
             best_measured = t.value
-            incumbent_true = values.get(key, 0.0)
+            incumbent_true = true
         if reached_at is None and incumbent_true >= TARGET * opt:
             reached_at, reached_t = i, t_end
     pruned_saved = 1.0 - ex.ledger.bench_s / ex.ledger.bench_full_s if ex.ledger.bench_full_s else 0.0
@@ -180,28 +206,27 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
     }
 
 
-def grid_order(space: SearchSpace, tr: dict[str, Any]) -> list[tuple[Any, Any]]:
+def grid_order(space: SearchSpace, tr: dict[str, Any]) -> list[Candidate]:
     """bench_speculative.py's walk: for steps, for topk, for draft tokens (its rule draft <= steps*topk+1), one
     restart each; other parameters (NCCL, all-reduce) as outer loops, as a user would repeat the grid."""
+    table = tr["table"]
+    cands = [space.candidate(table.params(int(i), int(j))) for i, j in zip(*np.nonzero(table.valid))]
 
-    def order(item: tuple[Any, Any]) -> tuple:
-        cand, _ = item
+    def order(cand: Candidate) -> tuple:
         f = cand.flags
         outer = tuple(str(cand.env.get(k, "")) for k in sorted(cand.env)) + (str(f.get("disable-custom-all-reduce")),)
         if cand.is_baseline:
             return (outer, -1, 0, 0)
         return (outer, f.get(sgl.STEPS, 0), f.get(sgl.TOPK, 0), f.get(sgl.DRAFT, 0))
 
-    items = [
-        (c, ev) for c, ev in tr["grid"] if c.is_baseline or sgl.bench_speculative_ok(*sgl.resolved_triple(c.flags))
-    ]
+    items = [c for c in cands if c.is_baseline or sgl.bench_speculative_ok(*sgl.resolved_triple(c.flags))]
     return sorted(items, key=order)
 
 
 def run_grid(
-    profile_name: str, concurrency: int, seed: int, space: SearchSpace, tr: dict[str, Any], max_launches: int
+    profile: str | Profile, concurrency: int, seed: int, space: SearchSpace, tr: dict[str, Any], max_launches: int
 ) -> dict[str, Any]:
-    prof = load_profile(profile_name)
+    prof = _profile(profile)
     rng = np.random.default_rng(seed + 2000)
     w = Workload(**dict(WORKLOAD, concurrency=concurrency))
     tokens = w.requests_per_chunk * w.max_tokens
@@ -209,9 +234,9 @@ def run_grid(
     best_measured = -1.0
     incumbent_true = 0.0
     reached = None
-    items = grid_order(space, tr)
     full = 0.0
-    for i, (_cand, ev) in enumerate(items, start=1):
+    for i, cand in enumerate(grid_order(space, tr), start=1):
+        ev = prof.evaluate(dict(cand.flags), dict(cand.env), concurrency, CATEGORY_MIX)
         wait = 1800.0 if ev.failure == "nccl_hang" else ev.boot_s
         dt = wait + STOP_S
         if ev.tok_per_s > 0 and ev.failure is None:
@@ -224,17 +249,15 @@ def run_grid(
                 best_measured = measured
                 incumbent_true = ev.tok_per_s
         clock += dt
+        full += wait + STOP_S + ((w.chunks * tokens) / ev.tok_per_s if ev.tok_per_s > 0 and ev.failure is None else 0)
         if reached is None and incumbent_true >= TARGET * tr["optimum"]:
             reached = (i, clock)
-        if i >= max_launches and reached is not None:
-            break
-    for _cand, ev in items:
-        wait = 1800.0 if ev.failure == "nccl_hang" else ev.boot_s
-        full += wait + STOP_S + ((w.chunks * tokens) / ev.tok_per_s if ev.tok_per_s > 0 and ev.failure is None else 0)
+            if i >= max_launches:
+                break
     return {
         "restarts": reached[0] if reached else None,
         "wall_s": reached[1] if reached else None,
-        "launches": len(items),
+        "launches": i,
         "full_grid_wall_s": full,
         "optimum_pruned": False,
         "prune_saving": 0.0,
@@ -250,10 +273,33 @@ def _pct(xs: list[float | None], q: float, cap: float) -> float:
     return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
 
 
-def compare(seeds: int = 20, budgets: dict[str, int] | None = None, scenarios=SCENARIOS, log=print) -> dict[str, Any]:
+def summarize(runs: list[dict[str, Any]], cap: float) -> dict[str, Any]:
+    restarts = [r["restarts"] for r in runs]
+    walls = [r["wall_s"] for r in runs]
+    wall_cap = max([w for w in walls if w is not None] + [0.0]) * 2 or float("nan")
+    return {
+        "restarts_median": _pct(restarts, 0.5, cap),
+        "restarts_p90": _pct(restarts, 0.9, cap),
+        "reached": sum(r is not None for r in restarts),
+        "runs": len(runs),
+        "wall_h_median": _pct(walls, 0.5, wall_cap) / 3600,
+        "prune_saving_mean": statistics.fmean(r["prune_saving"] for r in runs),
+        "optimum_pruned_runs": sum(r["optimum_pruned"] for r in runs),
+        "censored_at": cap,
+    }
+
+
+def compare(
+    seeds: int = 20,
+    budgets: dict[str, int] | None = None,
+    scenarios=SCENARIOS,
+    log=print,
+    strategies: tuple[str, ...] = STRATEGIES,
+) -> dict[str, Any]:
+    """The four scenarios: every strategy over ``seeds`` seeds."""
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(logging.ERROR)
-    budgets = budgets or {"ours": 40, "tpe-plain": 40, "random": 150, "grid": 100000}
+    budgets = budgets or {"structured": 40, "tpe": 40, "tpe-plain": 40, "random": 150, "grid": 100000}
     out: dict[str, Any] = {"target": TARGET, "seeds": seeds, "budgets": budgets, "scenarios": []}
     for profile_name, conc in scenarios:
         t0 = time.time()
@@ -265,10 +311,10 @@ def compare(seeds: int = 20, budgets: dict[str, int] | None = None, scenarios=SC
             "optimum_tok_per_s": tr["optimum"],
             "optimum_config": tr["optimum_config"],
             "baseline_tok_per_s": tr["baseline"],
-            "valid_configs": len(tr["values"]),
+            "valid_configs": tr["valid"],
             "strategies": {},
         }
-        for strategy in STRATEGIES:
+        for strategy in strategies:
             runs = []
             for seed in range(seeds):
                 if strategy == "grid":
@@ -276,27 +322,86 @@ def compare(seeds: int = 20, budgets: dict[str, int] | None = None, scenarios=SC
                 else:
                     runs.append(run_driver(profile_name, conc, strategy, seed, budgets[strategy], space, tr))
             cap = budgets[strategy] + 1 if strategy != "grid" else row["valid_configs"]
-            restarts = [r["restarts"] for r in runs]
-            walls = [r["wall_s"] for r in runs]
-            wall_cap = max([w for w in walls if w is not None] + [0.0]) * 2 or float("nan")
-            summary = {
-                "restarts_median": _pct(restarts, 0.5, cap),
-                "restarts_p90": _pct(restarts, 0.9, cap),
-                "reached": sum(r is not None for r in restarts),
-                "wall_h_median": _pct(walls, 0.5, wall_cap) / 3600,
-                "prune_saving_mean": statistics.fmean(r["prune_saving"] for r in runs),
-                "optimum_pruned_runs": sum(r["optimum_pruned"] for r in runs),
-                "censored_at": cap,
-            }
+            summary = summarize(runs, cap)
             if strategy == "grid":
                 summary["full_grid_wall_h"] = runs[0]["full_grid_wall_s"] / 3600
                 summary["grid_points"] = runs[0]["launches"]
             row["strategies"][strategy] = summary
             log(
-                f"  {profile_name} c{conc} {strategy:9s} restarts median {summary['restarts_median']:.1f} "
+                f"  {profile_name} c{conc} {strategy:10s} restarts median {summary['restarts_median']:.1f} "
                 f"p90 {summary['restarts_p90']:.1f} reached {summary['reached']}/{seeds} "
                 f"wall {summary['wall_h_median']:.1f} h prune saving {summary['prune_saving_mean']:.0%}"
             )
         row["seconds"] = round(time.time() - t0, 1)
         out["scenarios"].append(row)
     return out
+
+
+FAMILY_STRATEGIES = ("structured", "tpe", "random", "tpe-plain")
+
+
+def compare_family(
+    name: str, seeds: tuple[int, ...], budget: int = 30, runs_per_landscape: int = 1, log=print
+) -> dict[str, Any]:
+    """Generated landscapes (benchmarks/landscapes.py): every strategy, ``runs_per_landscape`` seeds each, all with
+    the same budget. Restarts are pooled over landscapes and seeds."""
+    from benchmarks.landscapes import landscape
+
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(logging.ERROR)
+    t0 = time.time()
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in FAMILY_STRATEGIES}
+    trivial = 0
+    for k in seeds:
+        land = landscape(k)
+        space = space_for(land.profile)
+        tr = truth(land.profile, space, land.concurrency)
+        trivial += tr["baseline"] >= TARGET * tr["optimum"]
+        for strategy in FAMILY_STRATEGIES:
+            for seed in range(runs_per_landscape):
+                r = run_driver(
+                    land.profile, land.concurrency, strategy, seed, budget, space, tr, launch_noise=land.launch_noise
+                )
+                r["landscape"] = k
+                runs[strategy].append(r)
+    out: dict[str, Any] = {
+        "name": name,
+        "landscapes": list(seeds),
+        "budget": budget,
+        "runs_per_landscape": runs_per_landscape,
+        "baseline_within_target": int(trivial),
+        "strategies": {},
+    }
+    for strategy, rs in runs.items():
+        out["strategies"][strategy] = summary = summarize(rs, budget + 1)
+        log(
+            f"  {name} ({len(seeds)} landscapes) {strategy:10s} restarts median {summary['restarts_median']:.1f} "
+            f"p90 {summary['restarts_p90']:.1f} reached {summary['reached']}/{summary['runs']}"
+        )
+    out["seconds"] = round(time.time() - t0, 1)
+    return out
+
+
+def wall_clock_by_hosts(profile: str, seeds: int = 10, budget: int = 40, log=print) -> dict[str, Any]:
+    """Wall-clock to 98 % of the optimum with 1, 2 and 4 hosts, on the model's clock with the profile's real boot
+    times (median over seeds)."""
+    space = space_for(profile)
+    tr = truth(profile, space, 1)
+    out: dict[str, Any] = {"profile": profile, "seeds": seeds, "hosts": {}}
+    for n in (1, 2, 4):
+        runs = [run_driver(profile, 1, "structured", seed, budget, space, tr, hosts=n) for seed in range(seeds)]
+        out["hosts"][str(n)] = summarize(runs, budget + 1)
+    one = out["hosts"]["1"]["wall_h_median"]
+    for n, v in out["hosts"].items():
+        v["wall_fraction_of_one_host"] = v["wall_h_median"] / one if one else float("nan")
+        log(
+            f"  {n} host(s): wall-clock to 98 % {v['wall_h_median']:.2f} h (x{v['wall_fraction_of_one_host']:.2f} of one "
+            f"host), restarts median {v['restarts_median']:.1f}, reached {v['reached']}/{seeds}"
+        )
+    return out
+
+
+def true_value(tr: dict[str, Any], trial: optuna.trial.FrozenTrial) -> float:
+    params = trial.user_attrs.get(R.BASELINE_PARAMS) if trial.user_attrs.get(R.BASELINE) else trial.params
+    loc = tr["table"].locate(dict(trial.user_attrs.get(R.FLAGS) or {}), dict(params or {}))
+    return float(tr["values"][loc]) if loc is not None else 0.0

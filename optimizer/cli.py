@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", help="hosts YAML (default: one local host)")
     p.add_argument("--trials", type=int, help="server launches to spend (a resumed study counts earlier ones)")
     p.add_argument("--time-budget", type=float, help="seconds after which no new trial starts")
-    p.add_argument("--sampler", choices=["tpe", "random", "tpe-plain"])
+    p.add_argument("--sampler", choices=["structured", "tpe", "random", "tpe-plain"])
     p.add_argument("--pruner", choices=["ratio", "wilcoxon", "median", "none"])
     p.add_argument("--seed", type=int)
     p.add_argument(

@@ -67,7 +67,7 @@ class BudgetConfig(_Strict):
 
 
 class SamplerConfig(_Strict):
-    name: Literal["tpe", "random", "tpe-plain"] = "tpe"
+    name: Literal["structured", "tpe", "random", "tpe-plain"] = "structured"
     seed: int = 0
     n_startup_trials: int = Field(default=4, ge=0)
 

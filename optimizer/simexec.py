@@ -18,7 +18,7 @@ import numpy as np
 
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .loadgen.workload import Workload
-from .sim.model import BOOT_FAILURES, nccl_warn_lines
+from .sim.model import BOOT_FAILURES, Profile, nccl_warn_lines
 from .sim.profiles import load_profile
 from .trial import TrialSpec
 
@@ -41,7 +41,7 @@ class ModelExecutor:
 
     def __init__(
         self,
-        profile: str,
+        profile: str | Profile,
         hosts: list[str],
         workload: Workload,
         *,
@@ -49,7 +49,7 @@ class ModelExecutor:
         boot_timeout_s: float = 1800.0,
         categories: dict[str, float] | None = None,
     ) -> None:
-        self.profile = load_profile(profile)
+        self.profile = load_profile(profile) if isinstance(profile, str) else profile
         self.hosts = list(hosts)
         self.workload = workload
         self.rng = np.random.default_rng(seed)
@@ -62,6 +62,7 @@ class ModelExecutor:
         self.pending_chunks: dict[int, list[tuple[float, float]]] = {}  # trial -> [(t, chunk seconds)]
         self.trial_host: dict[int, str] = {}
         self.level_results: dict[int, list[tuple[float, int, dict[str, Any]]]] = {}  # trial -> (t, level, metrics)
+        self.accept: dict[int, float | None] = {}
         self.ledger = Ledger()
         self.events = self  # the driver reads events.get(timeout=...)
 
@@ -179,6 +180,7 @@ class ModelExecutor:
             levels_done.append((t, level, self._level_metrics(lev, values, lw, w.chunks)))
         self.pending_chunks[n] = schedule
         self.level_results[n] = levels_done
+        self.accept[n] = ev.accept_length if ev.triple else None
         if crashed:
             result.status, result.kind = "infeasible", "crash_serving"
             result.reason = f"crash_serving: {ev.message}"[:300]
@@ -240,8 +242,10 @@ class ModelExecutor:
         self.free_at[host] = t_end
         self.ledger.launches = [x for x in self.ledger.launches if x[0] != trial]
         res = TrialResult(trial=trial, host=host, status="pruned", t_end=t_end)
+        # a pruned server still answered /get_server_info: its accept length so far is known
+        res.metrics = {"accept_length": self.accept.get(trial)}
         done = [(c, m) for t, c, m in self.level_results.get(trial, []) if t <= self.clock]
         if self.workload.multi_level and done:
-            res.metrics = {"levels": {str(c): m for c, m in done}}
+            res.metrics["levels"] = {str(c): m for c, m in done}
         self._push(t_end, res)
         self.ledger.launches.append((trial, t_end, "pruned"))

@@ -9,10 +9,17 @@ import warnings
 import optuna
 
 from ..settings import StudyConfig
+from ..space import SearchSpace
 
 
-def make_sampler(cfg: StudyConfig) -> optuna.samplers.BaseSampler:
+def make_sampler(cfg: StudyConfig, space: SearchSpace | None = None) -> optuna.samplers.BaseSampler:
     s = cfg.sampler
+    if s.name == "structured":
+        if space is None:
+            raise ValueError("the structured sampler needs the search space")
+        from .structured import StructuredSampler
+
+        return StructuredSampler(space, concurrency=cfg.workload.concurrency, gpu_sm=cfg.gpu_sm, seed=s.seed)
     if s.name == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
     if s.name == "tpe-plain":

@@ -53,7 +53,7 @@ class Driver:
         self.hosts = hosts
         self.executor = executor
         self.progress = progress or Progress()
-        self.study = study or load_or_create(cfg)
+        self.study = study or load_or_create(cfg, space=space)
         self.arch = space.model.architecture
         self.pool = HostPool(hosts)
         self.record = Recorder(self.study, cfg, note=self.note, told=lambda f: self.progress.finished(self, f))

@@ -69,13 +69,13 @@ class WarmStart:
         return True
 
     def enqueue(self) -> None:
-        """The study's ``initial`` configurations, then SGLang's own default triple (TPE only); once, on a new study."""
+        """The study's ``initial`` configurations, then SGLang's own default triple (TPE and the structured sampler); once, on a new study."""
         if not self.warm_due:
             return
         self.warm_due = False
         for i, params in enumerate(self.cfg.initial):
             self.study.enqueue_trial(dict(params), user_attrs={R.WARM_START: f"initial[{i}]"})
-        warm = sglang_default_params(self.space) if self.cfg.sampler.name == "tpe" else None
+        warm = sglang_default_params(self.space) if self.cfg.sampler.name in ("tpe", "structured") else None
         if warm:
             self.study.enqueue_trial(warm, user_attrs={R.WARM_START: "sglang auto default"})
 

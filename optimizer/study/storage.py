@@ -19,6 +19,7 @@ from ..hosts import _proc
 from ..pruning import make_pruner
 from ..samplers import make_sampler
 from ..settings import StudyConfig
+from ..space import SearchSpace
 
 
 def open_storage(url: str) -> Any:
@@ -75,12 +76,14 @@ def claim_study(cfg: StudyConfig) -> list[str]:
     return notes
 
 
-def load_or_create(cfg: StudyConfig, *, sampler: Any = None, pruner: Any = None) -> optuna.Study:
+def load_or_create(
+    cfg: StudyConfig, *, sampler: Any = None, pruner: Any = None, space: SearchSpace | None = None
+) -> optuna.Study:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna.create_study(
         study_name=cfg.study,
         storage=open_storage(cfg.storage_url),
-        sampler=sampler or make_sampler(cfg),
+        sampler=sampler or make_sampler(cfg, space),
         pruner=pruner
         or make_pruner(
             cfg.pruner.name,

@@ -1,0 +1,196 @@
+"""The structured sampler: an Optuna sampler that knows how speculative decoding works.
+
+Each call fits ``ThroughputModel`` (accept length x step time, with the settings' factor apart from the tree) and
+the failure model to every launch so far (complete and pruned ones; failures for feasibility; host faults never),
+scores every configuration of the space by expected improvement over the best measured tok/s, times the chance it
+boots and serves, and suggests the best. Launches still running are counted at the model's prediction (a
+"believer"), so with several idle hosts each gets a launch worth its boot rather than a copy of one guess.
+
+Being a ``BaseSampler``, it leaves storage, resume, optuna-dashboard, the report and the pruner unchanged. What it
+predicted for a launch is stored on the trial (``search:predicted_tok_per_s``, ``search:expected_gain``,
+``search:p_feasible``), so the dashboard shows why a configuration was launched.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from ..space import CategoricalParam, IntParam, SearchSpace
+from ..study import records as R
+from .candidates import CandidateTable, build_table
+from .feasibility import Failure, feasible_probability
+from .throughput_model import Observation, ThroughputModel
+
+N_DRAWS = 96
+TREE_CHUNK = 128
+#: improvements beyond this factor count as this factor: a far extrapolation's wide tails must not outbid a
+#: well-understood candidate (no configuration of a sane space is 1.5x the best measured after a few launches)
+MAX_GAIN = 0.5
+#: below this expected gain (fraction of the best tok/s) the model is confident nothing better is left
+CONFIDENT_GAIN = 0.002
+PREDICTED = "search:predicted_tok_per_s"
+EXPECTED_GAIN = "search:expected_gain"
+P_FEASIBLE = "search:p_feasible"
+
+
+class StructuredSampler(optuna.samplers.BaseSampler):
+    def __init__(
+        self,
+        space: SearchSpace,
+        *,
+        concurrency: int = 1,
+        gpu_sm: int = 90,
+        seed: int | None = None,
+        n_draws: int = N_DRAWS,
+    ) -> None:
+        self._space = space
+        self._concurrency = concurrency
+        self._gpu_sm = gpu_sm
+        self._rng = np.random.default_rng(seed)
+        self._n_draws = n_draws
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+        self._distributions = _distributions(space)
+        tp = space.model.fixed.get("tp-size") or space.model.fixed.get("tensor-parallel-size") or 1
+        self._tp = int(tp)
+        self.last_expected_gain: float | None = None
+
+    # ------------------------------------------------------------------ BaseSampler
+    def reseed_rng(self) -> None:
+        self._rng = np.random.default_rng()
+        self._fallback.reseed_rng()
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return dict(self._distributions)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if not search_space or trial.system_attrs.get("fixed_params"):
+            return {}
+        table = build_table(self._space, gpu_sm=self._gpu_sm)
+        pick = self.choose(table, study.get_trials(deepcopy=False), exclude=trial.number)
+        if pick is None:
+            return {}
+        (i, j), info = pick
+        storage = study._storage
+        for key, value in info.items():
+            storage.set_trial_user_attr(trial._trial_id, key, value)
+        params = table.params(i, j)
+        return {k: v for k, v in params.items() if k in search_space}
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    # ------------------------------------------------------------------ the choice
+    def choose(
+        self, table: CandidateTable, trials: list[FrozenTrial], exclude: int = -1
+    ) -> tuple[tuple[int, int], dict[str, float]] | None:
+        obs, failures, served, taken, pending, best, fatal = _collect(table, trials, exclude)
+        model = ThroughputModel(table, self._concurrency, self._tp).fit(obs)
+        if pending:  # believer: count running launches at the model's prediction, then refit
+            fantasies = [
+                Observation(i, j, math.exp(model.mean_log_tps(i, j)), model.accept_length(i)) for i, j in pending
+            ]
+            model = ThroughputModel(table, self._concurrency, self._tp).fit(obs + fantasies)
+            taken = taken | set(pending)
+        p_ok = feasible_probability(table, failures, served)
+        allowed = table.valid.copy()
+        allowed[~table.spec] = False  # the driver measures the baseline itself
+        for i, j in taken:
+            allowed[i, j] = False
+        for name, value in fatal:  # a setting whose log proved it fatal on its own (the driver skips it anyway)
+            if name in table.other_names:
+                k = table.other_names.index(name)
+                allowed[:, [str(v[k]) == value for v in table.other_values]] = False
+        if not allowed.any():
+            return None
+        if best is None:  # nothing measured yet: the model's prior alone
+            best = max(math.exp(model.mean_log_tps(i, j)) for i, j in zip(*np.nonzero(allowed)[:2]))
+        tree, (settings, settings_spec) = model.draw(self._n_draws, self._rng)
+        log_best = math.log(best)
+        score = np.full(allowed.shape, -1.0)
+        ei_all = np.zeros(allowed.shape)
+        spec = table.spec.astype(float)
+        for a in range(0, len(tree), TREE_CHUNK):
+            b = min(len(tree), a + TREE_CHUNK)
+            y = tree[a:b, None, :] - settings[None, :, :] - spec[a:b, None, None] * settings_spec[None, :, :]
+            ei = np.clip(np.exp(y - log_best) - 1.0, 0.0, MAX_GAIN).mean(axis=-1)
+            ei_all[a:b] = ei
+            score[a:b] = np.where(allowed[a:b], ei * p_ok[a:b], -1.0)
+        top = float(score.max())
+        if top <= 1e-12:  # confident: nothing is expected to beat the best; take the best predicted mean
+            mean = tree[:, None, 0] - settings[None, :, 0] - spec[:, None] * settings_spec[None, :, 0]
+            score = np.where(allowed, mean + np.log(np.maximum(p_ok, 1e-9)), -np.inf)
+            top = float(score.max())
+        flat = np.flatnonzero(score >= top - 1e-12)
+        i, j = np.unravel_index(int(self._rng.choice(flat)), score.shape)
+        i, j = int(i), int(j)
+        self.last_expected_gain = float(ei_all[i, j])
+        info = {
+            PREDICTED: round(math.exp(model.mean_log_tps(i, j)), 3),
+            EXPECTED_GAIN: round(float(ei_all[i, j]), 5),
+            P_FEASIBLE: round(float(p_ok[i, j]), 3),
+        }
+        return (i, j), info
+
+
+def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
+    obs: list[Observation] = []
+    failures: list[Failure] = []
+    served: list[tuple[int, int]] = []
+    taken: set[tuple[int, int]] = set()
+    pending: list[tuple[int, int]] = []
+    best = None
+    fatal: list[tuple[str, str]] = []
+    for t in trials:
+        if t.number == exclude:
+            continue
+        ua = t.user_attrs
+        proven = ua.get(R.FATAL_SETTING)
+        if isinstance(proven, dict) and "name" in proven:
+            fatal.append((str(proven["name"]), str(proven.get("value"))))
+        flags = ua.get(R.FLAGS)
+        if flags is None:
+            continue
+        params = ua.get(R.BASELINE_PARAMS) if ua.get(R.BASELINE) else t.params
+        loc = table.locate(dict(flags), dict(params or {}))
+        if loc is None:
+            continue
+        outcome = ua.get(R.OUTCOME)
+        if t.state == TrialState.RUNNING:
+            pending.append(loc)
+            continue
+        if outcome == R.DUPLICATE or t.state == TrialState.FAIL:
+            continue
+        taken.add(loc)
+        accept = ua.get(R.ACCEPT_LENGTH)
+        if t.state == TrialState.COMPLETE and outcome == R.COMPLETE and t.value:
+            obs.append(Observation(*loc, tok_per_s=float(t.value), accept_length=accept))
+            served.append(loc)
+            best = float(t.value) if best is None else max(best, float(t.value))
+        elif t.state == TrialState.PRUNED and t.intermediate_values:
+            obs.append(Observation(*loc, float(np.mean(list(t.intermediate_values.values()))), accept, pruned=True))
+            served.append(loc)
+        elif outcome == R.INFEASIBLE and ua.get(R.LAUNCHED) and ua.get(R.FAILURE_KIND) not in ("precheck", None):
+            failures.append(Failure(*loc, kind=str(ua.get(R.FAILURE_KIND))))
+    return obs, failures, served, taken, pending, best, fatal
+
+
+def _distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    out: dict[str, BaseDistribution] = {}
+    for name, p in space.params.items():
+        if isinstance(p, IntParam):
+            out[name] = IntDistribution(p.low, p.high, log=p.log, step=p.step)
+        elif isinstance(p, CategoricalParam):
+            out[name] = CategoricalDistribution(p.choices)
+        else:
+            out[name] = FloatDistribution(p.low, p.high, log=p.log, step=p.step)
+    return out

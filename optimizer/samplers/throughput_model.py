@@ -1,0 +1,203 @@
+"""A model of speculative-decoding throughput, learned from every launch.
+
+Throughput is tokens accepted per verify step over the time of one step:
+
+    log tok/s = log L(tree) - log t(tree, settings) + const
+
+- ``L``, the accept length, depends only on the draft tree and the workload. Modelled as
+  ``log(L - 1) = w . f(depth, topk, extra draft tokens)``: a curve in log depth that saturates as published EAGLE-3
+  curves do, plus a gain from branching (topk) that grows with the draft tokens beyond the chain's depth.
+  Every launch that reports an accept length teaches it, pruned launches included.
+- ``t``, the step time, is ``exp(w . g(tree) + v . h(settings) + spec * u . h1(settings))``: the tree's cost (draft
+  passes grow with steps and topk, the verify pass with its width and the batch), times a factor for the other
+  settings (custom all-reduce, NCCL protocol / algorithm / P2P level and their pairs) that is the same for every
+  tree, plus a small correction for how much more the multi-token verify pass feels them than a 1-token decode.
+  The step time of a launch is read from its measured tok/s and accept length, so a launch teaches ``t`` whatever
+  its tree, and the settings' factor is learned from a few launches and then combined with the best tree.
+
+Both parts are Bayesian linear regressions with Gaussian priors (published curves and costs as prior means, wide
+enough to be overruled by a few launches), so every prediction has an uncertainty the search can weigh.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .candidates import CandidateTable
+
+# Prior of log(L - 1) against log(depth): a fit to the published EAGLE-3 chat curve (L = 1.76 at 1 step up to 3.17
+# at 7), wide enough for drafters from the weak (L = 1.5 at 3 steps) to the strong (L > 4).
+ACCEPT_PRIOR_MEAN = np.array([-0.27, 0.85, -0.15, 0.0, 0.10, 0.0])
+ACCEPT_PRIOR_SD = np.array([0.6, 0.35, 0.12, 0.15, 0.15, 0.08])
+ACCEPT_NOISE_SD = 0.06
+STEP_NOISE_SD = 0.04
+PRUNED_NOISE_FACTOR = 2.0  # a pruned launch measured fewer chunks
+
+
+@dataclass
+class Observation:
+    i: int  # tree row of the candidate table
+    j: int  # settings column
+    tok_per_s: float | None
+    accept_length: float | None
+    pruned: bool = False
+
+
+class BayesLinear:
+    """Linear regression with a Gaussian prior on the weights and a known noise level per observation."""
+
+    def __init__(self, prior_mean: np.ndarray, prior_sd: np.ndarray) -> None:
+        self.prior_mean = np.asarray(prior_mean, dtype=float)
+        self.prior_prec = 1.0 / np.asarray(prior_sd, dtype=float) ** 2
+        self.mean = self.prior_mean.copy()
+        self.cov = np.diag(1.0 / self.prior_prec)
+
+    def fit(self, X: np.ndarray, y: np.ndarray, noise_sd: np.ndarray) -> BayesLinear:
+        if len(y) == 0:
+            self.mean, self.cov = self.prior_mean.copy(), np.diag(1.0 / self.prior_prec)
+            return self
+        w = 1.0 / np.asarray(noise_sd, dtype=float) ** 2
+        A = (X * w[:, None]).T @ X + np.diag(self.prior_prec)
+        b = (X * w[:, None]).T @ y + self.prior_prec * self.prior_mean
+        L = np.linalg.cholesky(A + 1e-9 * np.eye(len(A)))
+        self.mean = np.linalg.solve(A, b)
+        Linv = np.linalg.solve(L, np.eye(len(A)))
+        self.cov = Linv.T @ Linv
+        return self
+
+    def residual_sd(self, X: np.ndarray, y: np.ndarray) -> float:
+        if len(y) < 2:
+            return 0.0
+        r = y - X @ self.mean
+        return float(np.sqrt(np.mean(r**2)))
+
+    def samples(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """(n, d) weight draws; the first is the posterior mean."""
+        d = len(self.mean)
+        L = np.linalg.cholesky(self.cov + 1e-12 * np.eye(d))
+        z = rng.standard_normal((n, d))
+        z[0] = 0.0
+        return self.mean + z @ L.T
+
+
+class ThroughputModel:
+    """Accept length and step time over a candidate table; ``fit`` on observations, then ``draw`` log tok/s."""
+
+    def __init__(self, table: CandidateTable, concurrency: int, tp_size: int) -> None:
+        self.table = table
+        self.spec = table.spec.astype(float)
+        self.acc_X = _accept_features(table)
+        self.tree_X, tree_mean, tree_sd = _tree_features(table, concurrency)
+        self.main_X, self.pair_X = _setting_features(table)
+        # With one GPU there is no all-reduce: the settings cannot matter (still learned, from a tight prior).
+        sd_main, sd_pair, sd_spec = (0.01, 0.005, 0.005) if tp_size <= 1 else (0.06, 0.03, 0.03)
+        nm, npair = self.main_X.shape[1], self.pair_X.shape[1]
+        self.accept = BayesLinear(ACCEPT_PRIOR_MEAN, ACCEPT_PRIOR_SD)
+        self.step = BayesLinear(
+            np.concatenate([tree_mean, np.zeros(nm + npair + nm)]),
+            np.concatenate([tree_sd, np.full(nm, sd_main), np.full(npair, sd_pair), np.full(nm, sd_spec)]),
+        )
+        self.noise_scale = 1.0
+
+    def step_row(self, i: int, j: int) -> np.ndarray:
+        return np.concatenate([self.tree_X[i], self.main_X[j], self.pair_X[j], self.spec[i] * self.main_X[j]])
+
+    def fit(self, obs: list[Observation]) -> ThroughputModel:
+        acc = [o for o in obs if o.accept_length is not None and self.spec[o.i] and o.accept_length > 1.0]
+        Xa = self.acc_X[[o.i for o in acc]] if acc else np.zeros((0, self.acc_X.shape[1]))
+        ya = np.array([math.log(max(o.accept_length - 1.0, 0.02)) for o in acc])
+        na = np.array([ACCEPT_NOISE_SD * (PRUNED_NOISE_FACTOR if o.pruned else 1.0) for o in acc])
+        self.accept.fit(Xa, ya, na)
+        st = [o for o in obs if o.tok_per_s and o.tok_per_s > 0]
+        rows, ys, ns = [], [], []
+        for o in st:
+            L = self.accept_length(o.i) if o.accept_length is None or not self.spec[o.i] else o.accept_length
+            if not self.spec[o.i]:
+                L = 1.0
+            rows.append(self.step_row(o.i, o.j))
+            ys.append(math.log(max(L, 1.0)) - math.log(o.tok_per_s))
+            ns.append(STEP_NOISE_SD * (PRUNED_NOISE_FACTOR if o.pruned else 1.0))
+        X = np.array(rows) if rows else np.zeros((0, len(self.step.prior_mean)))
+        y, n = np.array(ys), np.array(ns)
+        self.step.fit(X, y, n)
+        # launch-to-launch noise larger than assumed: widen the noise and refit, so one lucky launch can't dominate
+        if len(y) >= 6:
+            sd = self.step.residual_sd(X, y) * math.sqrt(len(y) / max(1, len(y) - 3))
+            self.noise_scale = max(1.0, sd / STEP_NOISE_SD)
+            if self.noise_scale > 1.2:
+                self.step.fit(X, y, n * self.noise_scale)
+        return self
+
+    def accept_length(self, i: int) -> float:
+        if not self.spec[i]:
+            return 1.0
+        return 1.0 + math.exp(float(self.acc_X[i] @ self.accept.mean))
+
+    def mean_log_tps(self, i: int, j: int) -> float:
+        return math.log(self.accept_length(i)) - float(self.step_row(i, j) @ self.step.mean)
+
+    def draw(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior draws of log tok/s, factored: (tree part (n_tree, n), settings part (n_other, n)), so that
+        log tok/s of (i, j) in draw s = tree[i, s] - settings[j, s] - spec[i] * settings_spec[j, s] (returned
+        folded: the second array has shape (2, n_other, n))."""
+        wa = self.accept.samples(n, rng)  # (n, da)
+        ws = self.step.samples(n, rng)  # (n, ds)
+        dt, dm, dp = self.tree_X.shape[1], self.main_X.shape[1], self.pair_X.shape[1]
+        log_L = np.where(self.spec[:, None] > 0, np.log1p(np.exp(self.acc_X @ wa.T)), 0.0)
+        tree = log_L - self.tree_X @ ws[:, :dt].T
+        settings = self.main_X @ ws[:, dt : dt + dm].T + self.pair_X @ ws[:, dt + dm : dt + dm + dp].T
+        settings_spec = self.main_X @ ws[:, dt + dm + dp :].T
+        return tree, np.stack([settings, settings_spec])
+
+
+def _accept_features(table: CandidateTable) -> np.ndarray:
+    steps, topk, draft = table.trees[:, 0], table.trees[:, 1], table.trees[:, 2]
+    depth = np.maximum(1.0, np.minimum(steps, draft - 1))
+    x = np.log(depth)
+    lt = np.log2(np.maximum(topk, 1.0))
+    extra = np.maximum(0.0, draft - 1 - depth)
+    fill = np.minimum(1.0, extra / depth)
+    return np.stack([np.ones_like(x), x, x**2, lt * fill, lt * np.log1p(extra) / 3, lt * x], axis=1)
+
+
+def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step-time features of the tree and their prior: the verify pass grows with width x batch, the drafter with
+    steps (and more with topk); a tree (topk > 1) adds a fixed mask/sort cost."""
+    spec = table.spec.astype(float)
+    steps, topk, draft = table.trees[:, 0], table.trees[:, 1], table.trees[:, 2]
+    lt = np.log2(np.maximum(topk, 1.0))
+    width = np.where(topk > 1, draft, steps + 1)
+    X = np.stack(
+        [
+            np.ones_like(spec),
+            spec,
+            spec * steps / 4,
+            spec * steps * lt / 4,
+            spec * np.log(np.maximum(width, 1.0)),
+            spec * (width - 1) / 16,
+            spec * (topk > 1),
+        ],
+        axis=1,
+    )
+    b = max(1, int(concurrency))
+    width_slope = 0.08 + 0.06 * math.log2(b)
+    mean = np.array([0.0, 0.1, 0.1, 0.05, width_slope, 0.1, 0.03])
+    sd = np.array([10.0, 0.3, 0.1, 0.1, 0.12, 0.12, 0.1])
+    return X, mean, sd
+
+
+def _setting_features(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
+    """One-hot indicators of every non-default level of every setting, and of every pair of such levels of two
+    settings (NCCL's protocol only matters with custom all-reduce off, LL with Ring, ...)."""
+    cols: list[tuple[int, object]] = []
+    for k in range(len(table.other_names)):
+        levels = sorted({v[k] for v in table.other_values}, key=str)
+        cols += [(k, lv) for lv in levels if lv != table.default_other[k]]
+    V = table.other_values
+    main = np.array([[1.0 if v[k] == lv else 0.0 for k, lv in cols] for v in V]).reshape(len(V), len(cols))
+    pairs = [(a, b) for a in range(len(cols)) for b in range(a + 1, len(cols)) if cols[a][0] != cols[b][0]]
+    pair = np.array([[main[j, a] * main[j, b] for a, b in pairs] for j in range(len(V))]).reshape(len(V), len(pairs))
+    return main, pair
