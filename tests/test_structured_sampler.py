@@ -19,7 +19,7 @@ from optimizer.samplers.feasibility import Failure, feasible_probability
 from optimizer.samplers.structured import EXPECTED_GAIN, PREDICTED, StructuredSampler
 from optimizer.samplers.throughput_model import Observation, ThroughputModel
 from optimizer.settings import parse_study
-from optimizer.sim.model import load_profile
+from optimizer.sim.profiles import load_profile
 from optimizer.simexec import CATEGORY_MIX
 from optimizer.space import parse_space
 from optimizer.study import Driver, Progress, best_trial
