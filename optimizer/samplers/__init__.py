@@ -14,12 +14,15 @@ from ..space import SearchSpace
 
 def make_sampler(cfg: StudyConfig, space: SearchSpace | None = None) -> optuna.samplers.BaseSampler:
     s = cfg.sampler
-    if s.name == "structured":
+    plan = cfg.plan()
+    if s.name == "structured" and not plan.pareto:  # a Pareto study has two values per trial: TPE handles it
         if space is None:
             raise ValueError("the structured sampler needs the search space")
         from .structured import StructuredSampler
 
-        return StructuredSampler(space, concurrency=cfg.workload.concurrency, gpu_sm=cfg.gpu_sm, seed=s.seed)
+        # the load whose step times the model describes: the objective's level, or the heaviest weighted one
+        level = plan.level or max(c for c, w in plan.weights.items() if w > 0)
+        return StructuredSampler(space, concurrency=level, gpu_sm=cfg.gpu_sm, seed=s.seed)
     if s.name == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
     if s.name == "tpe-plain":
