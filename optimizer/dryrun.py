@@ -18,6 +18,7 @@ import optuna
 
 from .settings import StudyConfig
 from .space import SearchSpace
+from .study import records as R
 
 CHECK_NAMES = {
     "sglang_startup": "SGLang's start-up rules",
@@ -117,11 +118,11 @@ def measured_times(study: optuna.Study | None) -> tuple[float | None, float | No
     boots, benches = [], []
     for t in study.get_trials(deepcopy=False):
         ua = t.user_attrs
-        if not ua.get("launched") or ua.get("boot_s") is None:
+        if not ua.get(R.LAUNCHED) or ua.get(R.BOOT_S) is None:
             continue
-        boots.append(float(ua["boot_s"]))
-        if ua.get("t_end") and ua.get("t_start") and ua.get("outcome") == "complete":
-            benches.append(max(0.0, float(ua["t_end"]) - float(ua["t_start"]) - float(ua["boot_s"]) - STOP_S))
+        boots.append(float(ua[R.BOOT_S]))
+        if ua.get(R.T_END) and ua.get(R.T_START) and ua.get(R.OUTCOME) == "complete":
+            benches.append(max(0.0, float(ua[R.T_END]) - float(ua[R.T_START]) - float(ua[R.BOOT_S]) - STOP_S))
     return (statistics.median(boots) if boots else None, statistics.median(benches) if benches else None)
 
 
@@ -138,7 +139,7 @@ def dry_run(
 ) -> DryRun:
     d = census(space, cfg.gpu_sm)
     d.hosts = hosts
-    done = sum(1 for t in existing.get_trials(deepcopy=False) if t.user_attrs.get("launched")) if existing else 0
+    done = sum(1 for t in existing.get_trials(deepcopy=False) if t.user_attrs.get(R.LAUNCHED)) if existing else 0
     d.launches = max(0, min(cfg.budget.trials - done, d.launchable))
     m_boot, m_bench = measured_times(existing)
     given = [x is not None for x in (boot_s, bench_s)]

@@ -115,7 +115,7 @@ def _write_config(
     (out_dir / f"{stem}.env").write_text(env_text)
     script = out_dir / f"{stem}.sh"
     script.write_text(
-        launch_script(study.study_name, trial.number, study.user_attrs.get("server_command"), on_cli, stem=stem)
+        launch_script(study.study_name, trial.number, study.user_attrs.get(R.SERVER_COMMAND), on_cli, stem=stem)
     )
     script.chmod(0o755)
     return sorted(on_cli)

@@ -47,9 +47,9 @@ def trial_levels(t: FrozenTrial) -> dict[int, dict[str, Any]]:
 
 def _counts(t: FrozenTrial) -> bool:
     ua = t.user_attrs
-    if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or ua.get("duplicate_of") is not None:
+    if t.state not in (TrialState.COMPLETE, TrialState.PRUNED) or ua.get(R.DUPLICATE_OF) is not None:
         return False
-    return ua.get("outcome") in ("complete", "pruned")
+    return ua.get(R.OUTCOME) in ("complete", "pruned")
 
 
 @dataclass
@@ -72,7 +72,7 @@ class LevelAnswer:
         """The best is a speculative configuration (not the baseline, nor a 'none' configuration of the space)."""
         if self.best is None:
             return False
-        flags = self.best.user_attrs.get("flags") or {}
+        flags = self.best.user_attrs.get(R.FLAGS) or {}
         return not self.best.user_attrs.get(BASELINE_ATTR) and bool(flags.get("speculative-algorithm"))
 
     def verdict(self) -> str:
@@ -89,7 +89,7 @@ class LevelAnswer:
         return {
             "concurrency": self.level,
             "trial": None if self.best is None else self.best.number,
-            "config": ua.get("config"),
+            "config": ua.get(R.CONFIG),
             "tok_per_s": None if self.tok_per_s is None else round(self.tok_per_s, 2),
             "baseline_tok_per_s": None if self.baseline_tok_per_s is None else round(self.baseline_tok_per_s, 2),
             "gain_over_baseline": None if self.gain is None else round(self.gain, 4),
@@ -148,7 +148,7 @@ def pareto_front(study: optuna.Study, plan: Plan) -> list[dict[str, Any]]:
         {
             "concurrency": level,
             "trial": t.number,
-            "config": t.user_attrs.get("config"),
+            "config": t.user_attrs.get(R.CONFIG),
             "tok_per_s": round(tps, 2),
             "itl_ms_p99": round(itl, 3),
             "baseline": bool(t.user_attrs.get(BASELINE_ATTR)),
@@ -164,7 +164,7 @@ def pareto_points(study: optuna.Study, plan: Plan) -> list[tuple[float, float, i
     for t in study.get_trials(deepcopy=False):
         m = trial_levels(t).get(level) if _counts(t) else None
         if m and m.get("complete") and m.get("tok_per_s") is not None and m.get(PARETO_METRIC) is not None:
-            out.append((float(m["tok_per_s"]), float(m[PARETO_METRIC]), t.number, str(t.user_attrs.get("config"))))
+            out.append((float(m["tok_per_s"]), float(m[PARETO_METRIC]), t.number, str(t.user_attrs.get(R.CONFIG))))
     return out
 
 
