@@ -15,6 +15,7 @@ from optimizer.errors import BootError
 from optimizer.events import PhaseEvent
 from optimizer.hosts.local import LocalHost
 from optimizer.readiness import wait_ready
+from optimizer.sglang.logs import NOT_ENOUGH_MEMORY
 from optimizer.study import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +106,7 @@ def crash_overhead(work: Path, repeats: int = 5) -> dict[str, Any]:
         def side() -> None:
             while not seen:
                 try:
-                    if "Not enough memory" in log.read_text(errors="replace"):
+                    if NOT_ENOUGH_MEMORY.rstrip(".") in log.read_text(errors="replace"):
                         seen.append(time.time())
                         return
                 except OSError:

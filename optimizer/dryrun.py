@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 
 from .settings import StudyConfig
+from .sglang.logs import SHUTDOWN_S
 from .space import SearchSpace
 from .study import records as R
 
@@ -25,7 +26,6 @@ CHECK_NAMES = {
     "sglang_tree_limit": "SGLang's runtime tree limit",
     "user": "the space's constraints",
 }
-STOP_S = 5.5  # SGLang's launcher exits ~5.5 s after SIGTERM (recorded)
 
 
 @dataclass
@@ -49,7 +49,7 @@ class DryRun:
         if self.boot_s is None or self.bench_s is None:
             return None
         rounds = -(-self.launches // max(1, self.hosts))
-        return rounds * (self.boot_s + self.bench_s + STOP_S)
+        return rounds * (self.boot_s + self.bench_s + SHUTDOWN_S)
 
     def lines(self) -> list[str]:
         out = [
@@ -73,7 +73,7 @@ class DryRun:
         else:
             out.append(
                 f"estimated wall-clock: {_duration(self.wall_s)} "
-                f"(boot {self.boot_s:.0f} s + benchmark {self.bench_s:.0f} s + stop {STOP_S:.1f} s per launch, "
+                f"(boot {self.boot_s:.0f} s + benchmark {self.bench_s:.0f} s + stop {SHUTDOWN_S:.1f} s per launch, "
                 f"{self.times_from})"
             )
         if self.first:
@@ -122,7 +122,7 @@ def measured_times(study: optuna.Study | None) -> tuple[float | None, float | No
             continue
         boots.append(float(ua[R.BOOT_S]))
         if ua.get(R.T_END) and ua.get(R.T_START) and ua.get(R.OUTCOME) == "complete":
-            benches.append(max(0.0, float(ua[R.T_END]) - float(ua[R.T_START]) - float(ua[R.BOOT_S]) - STOP_S))
+            benches.append(max(0.0, float(ua[R.T_END]) - float(ua[R.T_START]) - float(ua[R.BOOT_S]) - SHUTDOWN_S))
     return (statistics.median(boots) if boots else None, statistics.median(benches) if benches else None)
 
 
@@ -179,14 +179,13 @@ def first_launches(cfg: StudyConfig, space: SearchSpace, existing: optuna.Study 
     def preview(n: int) -> list[str]:
         from .progress import Progress
         from .study import Driver
-        from .study import records as R
         from .study.storage import load_or_create
 
         mem = cfg.model_copy(update={"storage": "sqlite:///:memory:", "studies_dir": scratch})
         verbosity = optuna.logging.get_verbosity()
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line for the scratch copy
         try:
-            study = load_or_create(mem)
+            study = load_or_create(mem, space=space)
         finally:
             optuna.logging.set_verbosity(verbosity)
         if existing is not None:

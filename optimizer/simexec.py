@@ -18,12 +18,12 @@ import numpy as np
 
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .loadgen.workload import Workload
+from .sglang.logs import SHUTDOWN_S as STOP_S
 from .sim.model import BOOT_FAILURES, Profile, nccl_warn_lines
 from .sim.profiles import load_profile
 from .trial import TrialSpec
 
 CATEGORY_MIX = {"chat": 0.25, "code": 0.25, "math": 0.25, "summarization": 0.25}
-STOP_S = 5.5  # SGLang's launcher exits ~5.5 s after SIGTERM (recorded)
 
 
 @dataclass
