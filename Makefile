@@ -14,15 +14,17 @@ EXECUTOR ?= ray
 ARGS     ?=
 PORT     ?= 8080
 # A demo-sized benchmark per trial (the simulator boots a 12-minute profile in ~2 s); override for real runs.
-DEMO_ARGS ?= --max-tokens 64 --chunks 4 --requests-per-chunk 2 --boot-timeout 30
+# The demo ends with a confirmation: the baseline and the 2 best relaunched 3 times each, interleaved.
+DEMO_ARGS ?= --max-tokens 64 --chunks 4 --requests-per-chunk 2 --boot-timeout 30 --confirm-rounds 3 --confirm-top 2
 
-.PHONY: install optimize test lint bench dashboard report export status clean system-deps help
+.PHONY: install optimize confirm test lint bench dashboard report export status clean system-deps help
 
 help:
 	@echo "make optimize   run a demo study on the bundled simulator (STUDY= TRIALS= SPACE= PROFILE= SEED= HOSTS=)"
 	@echo "make test       run the test suite (installs openssh-server and chromium if missing)"
 	@echo "make bench      efficiency benchmark: prints a table, writes studies/bench/results.json"
 	@echo "make dashboard  optuna-dashboard for STUDY on 127.0.0.1:$(PORT)"
+	@echo "make confirm    relaunch STUDY's best configurations and the baseline; export the confirmed best"
 	@echo "make report     studies/STUDY/report.html (offline plotly report)"
 	@echo "make export     rewrite studies/STUDY/best.yaml, best.env and summary.json from storage"
 
@@ -62,6 +64,11 @@ bench: $(STAMP)
 
 dashboard: $(STAMP)
 	$(BIN)/python -m optimizer dashboard --study $(STUDY) --host 127.0.0.1 --port $(PORT)
+
+# Relaunch a study's best configurations and the baseline (3 interleaved rounds) and export the confirmed best.
+confirm: $(STAMP)
+	$(BIN)/python -m optimizer confirm --study $(STUDY) --space $(SPACE) --profile $(PROFILE) --executor $(EXECUTOR) \
+	  $(if $(HOSTS),--hosts $(HOSTS)) $(DEMO_ARGS) $(ARGS)
 
 report: $(STAMP)
 	$(BIN)/python -m optimizer report --study $(STUDY)

@@ -21,7 +21,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
-SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e")
+SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation")
 
 
 def log(msg: str) -> None:
@@ -152,6 +152,14 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {"profile": prof, "space": "search_spaces/demo.yaml", "trials": args.e2e_trials, "runs": out}
 
 
+def section_confirmation(args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.confirmation import run, table
+
+    res = run(seeds=args.seeds)
+    log(table(res))
+    return res
+
+
 def _counts(study: Any) -> dict[str, int]:
     from optimizer.study import records as R
 
@@ -163,6 +171,10 @@ def _counts(study: Any) -> dict[str, int]:
 
 
 def print_table(results: dict[str, Any]) -> None:
+    if results.get("confirmation"):
+        from benchmarks.confirmation import table
+
+        log("\n" + table(results["confirmation"]))
     s = results.get("strategies")
     if s:
         log(f"\nRestarts to 98% of the true optimum (median / p90 over {s['seeds']} seeds; censored at the budget)")
@@ -259,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = section_accuracy(args)
             elif name == "e2e":
                 results[name] = section_e2e(work, args)
+            elif name == "confirmation":
+                results[name] = section_confirmation(args)
             results.setdefault("section_seconds", {})[name] = round(time.time() - t0, 1)
             out_path.parent.mkdir(parents=True, exist_ok=True)
             out_path.write_text(json.dumps(results, indent=2, default=str))

@@ -63,18 +63,14 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
 
     for note in claim_study(cfg):
         print(note)
-    if executor == "ray":
-        from .executors import RayExecutor
-
-        ex: Any = RayExecutor(hosts, cfg.study_dir.absolute(), address=ray_address)
-    else:
-        from .executors import ThreadExecutor
-
-        ex = ThreadExecutor(hosts, cfg.study_dir.absolute())
-    driver = Driver(cfg, space, hosts, ex, progress=make_progress(plain))
+    ex = make_executor(executor, hosts, cfg, ray_address)
+    progress = make_progress(plain)
+    driver = Driver(cfg, space, hosts, ex, progress=progress)
     t0 = time.time()
     try:
         study = driver.run()
+        if cfg.confirm.rounds > 0 and not driver.stopping:
+            _confirm(cfg, space, hosts, ex, study, progress)
     except KeyboardInterrupt:
         print("forced stop: servers killed, running trials recorded as interrupted (re-queued on resume)")
         return 130
@@ -86,17 +82,81 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
 
     for line in terminal_lines(summary, study):
         print(line)
+    print_summary(summary)
+    if summary.get("best"):
+        print(f"wrote {cfg.study_dir}/best.yaml, best.env and best.sh in {time.time() - t0:.0f} s")
+    return 130 if driver.stopping else 0
+
+
+def make_executor(kind: str, hosts: list, cfg: StudyConfig, ray_address: str | None = None) -> Any:
+    if kind == "ray":
+        from .executors import RayExecutor
+
+        return RayExecutor(hosts, cfg.study_dir.absolute(), address=ray_address)
+    from .executors import ThreadExecutor
+
+    return ThreadExecutor(hosts, cfg.study_dir.absolute())
+
+
+def _confirm(cfg: StudyConfig, space: Any, hosts: list, ex: Any, study: optuna.Study, progress: Any) -> Any:
+    from .confirm import Confirmer
+
+    confirmer = Confirmer(cfg, space, hosts, ex, study, progress=progress)
+    try:
+        return confirmer.run(cfg.confirm.rounds, cfg.confirm.top)
+    except KeyboardInterrupt:
+        kill = getattr(ex, "kill_servers", None)
+        if kill is not None:
+            kill()
+        raise
+
+
+def confirm(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None = None, plain: bool = False) -> int:
+    """``python -m optimizer confirm``: confirm an existing study's best configurations, then export."""
+    from .export import export_study
+    from .study import claim_study
+
+    study = open_existing(cfg)
+    space = load_space(cfg.space)
+    hosts = read_hosts(cfg.hosts) if cfg.hosts else [local_host()]
+    for note in claim_study(cfg):
+        print(note)
+    ex = make_executor(executor, hosts, cfg, ray_address)
+    try:
+        ex.reap_orphans()
+        _confirm(cfg, space, hosts, ex, study, make_progress(plain))
+    except KeyboardInterrupt:
+        print("stopped: the confirmation runs so far are stored; run the same command to go on")
+        return 130
+    finally:
+        ex.shutdown()
+    print_summary(export_study(study, cfg.study_dir))
+    return 0
+
+
+def print_summary(summary: dict) -> None:
+    """The final lines: the best (confirmed when a confirmation ran), its interval and gain, and every alarm."""
     best = summary.get("best")
-    if best:
+    conf = summary.get("confirmation")
+    if best and conf and conf.get("winner"):
+        w = conf["winner"]
+        ci = w.get("ci") or [None, None]
+        interval = f" (95% CI {ci[0]:.1f}-{ci[1]:.1f})" if None not in ci else ""
+        print(f"\nbest (confirmed): trial {best['trial']} {best['config']}: {w['tok_per_s']:.1f} tok/s{interval}")
+        for line in conf.get("verdict", [])[1:]:
+            print(f"  {line}")
+    elif best:
         gain = best.get("gain_over_baseline")
         print(
             f"\nbest: trial {best['trial']} {best['config']}: {best['tok_per_s']:.1f} tok/s"
             + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
+            + " (one launch, not confirmed)"
         )
-        print(f"wrote {cfg.study_dir}/best.yaml, best.env and best.sh in {time.time() - t0:.0f} s")
     else:
         print("no feasible trial yet")
-    return 130 if driver.stopping else 0
+    for number, found in sorted((summary.get("alarms") or {}).items(), key=lambda kv: int(kv[0])):
+        for a in found:
+            print(f"ALARM trial {number} {a['kind']}: {a['seen']} Likely cause: {a['cause']} Fix: {a['fix']}")
 
 
 def dry_run(cfg: StudyConfig, *, boot_s: float | None = None, bench_s: float | None = None) -> int:

@@ -41,6 +41,8 @@ def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
         "workload.requests_per_chunk": a.requests_per_chunk,
         "workload.prompts": a.prompts,
         "server.boot_timeout_s": a.boot_timeout,
+        "confirm.rounds": a.confirm_rounds,
+        "confirm.top": a.confirm_top,
     }
     if a.server_command:
         o["server.command"] = shlex.split(a.server_command)
@@ -81,6 +83,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("optimize", help="run (or resume) a study")
     _add_study_args(p)
+    _add_run_args(p)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the space's size, what SGLang's rules reject, the launches the budget buys with an estimated "
+        "wall-clock, and the first launches; start nothing",
+    )
+    p.add_argument("--boot-s", type=float, help="dry run: seconds one boot takes (default: measured so far)")
+    p.add_argument("--bench-s", type=float, help="dry run: seconds one benchmark takes (default: measured so far)")
+    c = sub.add_parser(
+        "confirm",
+        help="relaunch a study's best configurations and the baseline, interleaved, and export the confirmed best",
+    )
+    _add_study_args(c)
+    _add_run_args(c)
+
+    for name, text in (
+        ("export", "rewrite best.yaml, best.env, best.sh and summary.json from storage"),
+        ("status", "print the trial table of a study"),
+        ("report", "write studies/<study>/report.html (plotly, offline)"),
+    ):
+        q = sub.add_parser(name, help=text)
+        _add_study_args(q)
+    d = sub.add_parser("dashboard", help="serve optuna-dashboard for a study on 127.0.0.1")
+    _add_study_args(d)
+    d.add_argument("--port", type=int, default=8080)
+    d.add_argument("--host", default="127.0.0.1")
+    return parser
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    """Options of the commands that launch servers (optimize, confirm): give confirm the study's own."""
     p.add_argument("--space", help="search-space YAML (default: search_spaces/demo.yaml)")
     p.add_argument("--hosts", help="hosts YAML (default: one local host)")
     p.add_argument("--trials", type=int, help="server launches to spend (a resumed study counts earlier ones)")
@@ -111,26 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", help="connect to a running Ray cluster instead of starting one")
     p.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
     p.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="print the space's size, what SGLang's rules reject, the launches the budget buys with an estimated "
-        "wall-clock, and the first launches; start nothing",
+        "--confirm-rounds",
+        type=int,
+        help="relaunch the baseline and the best configurations this many times each, interleaved (0: off; "
+        "for 'confirm': default 3)",
     )
-    p.add_argument("--boot-s", type=float, help="dry run: seconds one boot takes (default: measured so far)")
-    p.add_argument("--bench-s", type=float, help="dry run: seconds one benchmark takes (default: measured so far)")
-
-    for name, text in (
-        ("export", "rewrite best.yaml, best.env, best.sh and summary.json from storage"),
-        ("status", "print the trial table of a study"),
-        ("report", "write studies/<study>/report.html (plotly, offline)"),
-    ):
-        q = sub.add_parser(name, help=text)
-        _add_study_args(q)
-    d = sub.add_parser("dashboard", help="serve optuna-dashboard for a study on 127.0.0.1")
-    _add_study_args(d)
-    d.add_argument("--port", type=int, default=8080)
-    d.add_argument("--host", default="127.0.0.1")
-    return parser
+    p.add_argument("--confirm-top", type=int, help="how many of the best configurations to confirm (default 2)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,7 +173,7 @@ def _load(args: argparse.Namespace) -> Any:
 
     overrides = (
         _study_overrides(args)
-        if args.command == "optimize"
+        if args.command in ("optimize", "confirm")
         else {"study": args.study, "storage": args.storage, "studies_dir": args.studies_dir}
     )
     return load_study(args.config, overrides)
@@ -169,6 +189,12 @@ def _run(args: argparse.Namespace) -> int:
         from .app import optimize
 
         return optimize(cfg, executor=args.executor, ray_address=args.ray_address, plain=args.plain)
+    if args.command == "confirm":
+        from .app import confirm
+
+        if args.confirm_rounds is None:
+            cfg.confirm.rounds = 3
+        return confirm(cfg, executor=args.executor, ray_address=args.ray_address, plain=args.plain)
     from .app import open_existing
 
     study = open_existing(cfg)

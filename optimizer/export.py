@@ -33,10 +33,17 @@ from .study.storage import write_json
 
 
 def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
+    from .alarms import study_alarms
+    from .confirm import stored_verdict
+
     out_dir.mkdir(parents=True, exist_ok=True)
     best = best_trial(study)
     base = baseline_trial(study)
     attrs = study.user_attrs
+    confirmation = stored_verdict(study)
+    winner = (confirmation or {}).get("winner") or {}
+    if isinstance(winner.get("trial"), int) and winner["trial"] < len(study.trials):
+        best = study.trials[winner["trial"]]  # the confirmed winner, not the luckiest single launch
     summary: dict[str, Any] = {
         "study": study.study_name,
         "optimizer_version": __version__,
@@ -48,6 +55,9 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "launches": sum(1 for t in study.trials if t.user_attrs.get(R.LAUNCHED)),
         "baseline": None,
         "best": None,
+        "confirmation": confirmation,
+        "launch_noise": attrs.get(R.LAUNCH_NOISE),
+        "alarms": {str(n): [a.as_dict() for a in found] for n, found in study_alarms(study).items()},
     }
     if base is not None:
         summary["baseline"] = {"trial": base.number, "tok_per_s": base.value}
@@ -75,17 +85,29 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
     gain = None
     if base is not None and base.value:
         gain = best.value / base.value - 1.0  # type: ignore[operator]
+    value = best.value
+    if winner:
+        value, gain = winner["tok_per_s"], winner.get("gain")
     summary["best"] = {
         "trial": best.number,
         "config": best.user_attrs.get(R.CONFIG),
-        "tok_per_s": best.value,
+        "tok_per_s": value,
+        "confirmed": bool(winner),
+        "ci": winner.get("ci"),
+        "gain_ci": winner.get("gain_ci"),
+        "launches": winner.get("launches", 1),
+        "study_tok_per_s": best.value,
+        "host": best.user_attrs.get(R.HOST_FACTS),
+        "server_version": best.user_attrs.get(R.SERVER_VERSION),
         "gain_over_baseline": None if gain is None else round(gain, 4),
         "accept_length": best.user_attrs.get(R.ACCEPT_LENGTH),
         "flags": redact_mapping(dict(cand.flags)),
         "env": redact_mapping(dict(cand.env)),
         "metrics": {k: v for k, v in best.user_attrs.items() if k.startswith(("ttft", "itl", "e2e", "requests"))},
     }
-    what = f"{best.value:.1f} tok/s" + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
+    how = f"confirmed over {winner.get('launches')} launches" if winner else "one launch, not confirmed"
+    what = f"{value:.1f} tok/s ({how})" + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
+    what += "".join(f"\n# {line}" for line in (confirmation or {}).get("verdict", [])[1:])
     if plan is not None and plan.multi_level:
         what += f"; objective: {plan.describe()}"
     summary["best"]["config_file_refused"] = _write_config(out_dir, "best", study, best, what)

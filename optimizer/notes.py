@@ -139,6 +139,7 @@ def note_markdown(
     baseline_tok_per_s: float | None = None,
     artifacts: list[dict[str, str]] | None = None,
     study_id: int | None = None,
+    alarms: list[Any] | None = None,
 ) -> str:
     """The trial's note: configuration, metrics, boot time by phase, failure reason and log tail, artifacts."""
     ua = frozen.user_attrs
@@ -179,6 +180,11 @@ def note_markdown(
         ]
     if ua.get(R.DUPLICATE_OF) is not None:
         lines += [f"Duplicate of trial {ua[R.DUPLICATE_OF]} after SGLang's normalisation: not launched again.", ""]
+    if alarms:  # right under the result: a misconfiguration makes the figure above meaningless
+        lines += ["### Alarms", ""]
+        for a in alarms:
+            lines += [f"- **{a.kind}**: {a.seen} *Likely cause:* {a.cause} **Fix:** {a.fix}"]
+        lines.append("")
 
     # failure first: it is what the reader of a failed trial looks for
     if oc in ("infeasible", "failed", "interrupted") or ua.get(R.FAILURE_REASON):
@@ -393,7 +399,11 @@ def annotate(study: optuna.Study, frozen: FrozenTrial, cfg: Any) -> None:
     except OSError:
         artifacts = []
     base = study.user_attrs.get(R.BASELINE_TOK_PER_S)
-    body = note_markdown(frozen, baseline_tok_per_s=base, artifacts=artifacts, study_id=study._study_id)
+    from .alarms import alarms_of
+
+    body = note_markdown(
+        frozen, baseline_tok_per_s=base, artifacts=artifacts, study_id=study._study_id, alarms=alarms_of(study, frozen)
+    )
     from .levels_view import note_lines, study_note_lines
 
     per_level = note_lines(study, frozen)  # a study over several load levels: figures and limits per level

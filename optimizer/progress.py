@@ -20,6 +20,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from .alarms import alarms_of
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .study import records as R
 from .study.records import baseline_trial, best_trial, feasible
@@ -86,6 +87,8 @@ class Progress:
             f"trial {frozen.number} {ua.get(R.OUTCOME, frozen.state.name.lower())}: {ua.get(R.CONFIG, '')} "
             f"{value} {ua.get(R.FAILURE_REASON, '')}".rstrip()
         )
+        for a in alarms_of(driver.study, frozen):
+            self.print(f"  ALARM trial {frozen.number} {a.kind}: {a.text()}")
 
     def note(self, driver: Driver, text: str) -> None:
         self.print(text)
@@ -194,6 +197,8 @@ class RichProgress(Progress):
         if ua.get(R.HOST):
             line.append(f"  [{ua[R.HOST]}]", style="dim")
         self.console.print(line)
+        for a in alarms_of(driver.study, frozen):
+            self.console.print(Text(f"  ALARM trial {frozen.number} {a.kind}: {a.text()}", style="bold red"))
 
     def note(self, driver: Any, text: str) -> None:
         self.console.print(Text(text, style="yellow"))

@@ -5,6 +5,12 @@ another. ``RatioToBestPruner`` compares a running trial with the best completed 
 when it is worse by more than the noise allows: ``mean(ratio) < 1 - min_gap - z * noise / sqrt(k)``. The noise is
 the chunk-to-chunk spread measured on completed trials, so it adapts to the workload (a concurrency-1 run of long
 requests is steadier than a short one at concurrency 64).
+
+Chunks of one launch share that launch's luck: on some machines the same configuration relaunched measures 15-30 %
+apart. So the margin also holds the noise *between* launches (the running trial and the best are two launches):
+``z * sqrt(2 * chunk_noise^2 / k + 2 * launch_noise^2)``. The launch noise is what the study measured from repeated
+launches (study user attribute ``launch_noise``, written by a confirmation), else the pruner's prior
+(``pruner.launch_noise``, 0 by default: within-launch noise only).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
 from .study import records as R
-from .study.records import BASELINE
+from .study.records import BASELINE, LAUNCH_NOISE
 
 
 def _best_complete(study: optuna.Study, current: FrozenTrial) -> FrozenTrial | None:
@@ -55,14 +61,30 @@ def chunk_noise(study: optuna.Study, default: float = 0.05) -> float:
     return max(0.01, statistics.median(spreads))
 
 
+def launch_noise(study: optuna.Study, prior: float = 0.0) -> float:
+    """One sigma of the launch-to-launch noise (relative): measured by the study when it has relaunches, else the
+    prior."""
+    measured = study.user_attrs.get(LAUNCH_NOISE)
+    if isinstance(measured, dict) and isinstance(measured.get("sigma"), (int, float)) and measured["sigma"] >= 0:
+        return float(measured["sigma"])
+    return prior
+
+
 class RatioToBestPruner(BasePruner):
     def __init__(
-        self, *, n_startup_trials: int = 2, n_startup_steps: int = 1, min_gap: float = 0.02, z: float = 2.5
+        self,
+        *,
+        n_startup_trials: int = 2,
+        n_startup_steps: int = 1,
+        min_gap: float = 0.02,
+        z: float = 2.5,
+        launch_noise: float = 0.0,
     ) -> None:
         self.n_startup_trials = n_startup_trials
         self.n_startup_steps = n_startup_steps
         self.min_gap = min_gap
         self.z = z
+        self.launch_noise = launch_noise
 
     def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         if trial.user_attrs.get(BASELINE):
@@ -81,9 +103,12 @@ class RatioToBestPruner(BasePruner):
         k = len(ratios)
         if k <= self.n_startup_steps:
             return False
-        # Chunk noise is relative within a trial; a ratio of two noisy chunks has sqrt(2) times that spread.
-        noise = chunk_noise(study) * math.sqrt(2)
-        return statistics.fmean(ratios) < 1.0 - self.min_gap - self.z * noise / math.sqrt(k)
+        # Chunk noise is relative within a trial; a ratio of two noisy chunks has sqrt(2) times that spread, and
+        # averages out over k chunks. Launch noise is shared by all chunks of a launch: it never averages out.
+        chunk = chunk_noise(study)
+        launch = launch_noise(study, self.launch_noise)
+        noise = math.sqrt(2 * chunk**2 / k + 2 * launch**2)
+        return statistics.fmean(ratios) < 1.0 - self.min_gap - self.z * noise
 
 
 class GuardedPruner(BasePruner):
@@ -113,12 +138,23 @@ class GuardedPruner(BasePruner):
 
 
 def make_pruner(
-    name: str, *, p_threshold: float = 0.1, n_startup_steps: int = 1, n_startup_trials: int = 2, min_gap: float = 0.02
+    name: str,
+    *,
+    p_threshold: float = 0.1,
+    n_startup_steps: int = 1,
+    n_startup_trials: int = 2,
+    min_gap: float = 0.02,
+    launch_noise: float = 0.0,
 ) -> BasePruner:
     if name == "none":
         return optuna.pruners.NopPruner()
     if name == "ratio":
-        return RatioToBestPruner(n_startup_trials=n_startup_trials, n_startup_steps=n_startup_steps, min_gap=min_gap)
+        return RatioToBestPruner(
+            n_startup_trials=n_startup_trials,
+            n_startup_steps=n_startup_steps,
+            min_gap=min_gap,
+            launch_noise=launch_noise,
+        )
     if name == "wilcoxon":
         return GuardedPruner(
             optuna.pruners.WilcoxonPruner(p_threshold=p_threshold, n_startup_steps=n_startup_steps), min_gap

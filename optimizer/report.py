@@ -518,6 +518,98 @@ def _table(study: optuna.Study) -> str:
     )
 
 
+def _pct(v: Any) -> str:
+    return f"{v:+.1%}" if isinstance(v, (int, float)) else ""
+
+
+def _alarms(study: optuna.Study) -> str:
+    from .alarms import study_alarms
+
+    found = study_alarms(study)
+    if not found:
+        return ""
+    rows = []
+    for number, items in sorted(found.items()):
+        config = study.trials[number].user_attrs.get(R.CONFIG, "")
+        for a in items:
+            rows.append(
+                f"<tr><td class='num'>{number}</td><td>{html.escape(str(config))}</td><td><b>{html.escape(a.kind)}"
+                f"</b></td><td>{html.escape(a.seen)}</td><td>{html.escape(a.cause)}</td><td>{html.escape(a.fix)}"
+                "</td></tr>"
+            )
+    return (
+        "<h2 class='alarm'>Alarms: likely misconfigurations</h2><table><thead><tr><th>trial</th><th>config</th>"
+        "<th>alarm</th><th>seen</th><th>likely cause</th><th>fix</th></tr></thead><tbody>"
+        + "".join(rows)
+        + "</tbody></table>"
+    )
+
+
+def _confirmation(study: optuna.Study) -> str:
+    """The confirmation's arms with intervals, its verdict, the launch noise, and the hosts results came from."""
+    from .confirm import stored_verdict
+
+    parts = []
+    conf = stored_verdict(study)
+    if conf:
+        rows = []
+        winner = (conf.get("winner") or {}).get("label")
+        for a in conf.get("arms", []):
+            ci = a.get("ci") or [None, None]
+            gci = a.get("gain_ci") or [None, None]
+            rows.append(
+                "<tr>"
+                + f"<td>{html.escape(a['label'])}{' <b>(confirmed best)</b>' if a['label'] == winner else ''}</td>"
+                + f"<td>{html.escape(str(a.get('config', '')))}</td><td class='num'>{a.get('launches', 0)}</td>"
+                + f"<td class='num'>{_num(a.get('tok_per_s'))}</td>"
+                + f"<td class='num'>{_num(ci[0])}-{_num(ci[1])}</td>"
+                + f"<td class='num'>{_pct(a.get('gain'))}</td>"
+                + f"<td class='num'>{'' if None in gci else f'{_pct(gci[0])} to {_pct(gci[1])}'}</td>"
+                + f"<td class='num'>{_num(a.get('study_tok_per_s'))}</td>"
+                + f"<td class='num'>{' '.join(f'{v:.1f}' for v in a.get('runs', []))}</td></tr>"
+            )
+        parts.append(
+            f"<h2>Confirmation ({conf.get('rounds', '?')} interleaved rounds, fresh restarts)</h2>"
+            "<table><thead><tr><th>configuration</th><th>config</th><th>launches</th><th>tok/s (geo. mean)</th>"
+            "<th>95% CI</th><th>gain</th><th>gain 95% CI</th><th>study's launch</th><th>each launch</th></tr>"
+            "</thead><tbody>" + "".join(rows) + "</tbody></table>"
+            "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in conf.get("verdict", [])) + "</ul>"
+        )
+    noise = study.user_attrs.get(R.LAUNCH_NOISE)
+    chunk = None
+    try:
+        from .pruning import chunk_noise
+
+        chunk = chunk_noise(study, default=float("nan"))
+    except Exception:  # noqa: BLE001 - a study without completed trials has no chunk noise
+        chunk = None
+    bits = []
+    if isinstance(noise, dict) and isinstance(noise.get("sigma"), (int, float)):
+        bits.append(
+            f"between launches {noise['sigma']:.1%} (one sigma, {noise.get('df', '?')} degrees of freedom, "
+            f"from {html.escape(str(noise.get('source', '')))})"
+        )
+    else:
+        bits.append("between launches: not measured yet (no configuration was launched twice)")
+    if chunk is not None and chunk == chunk:
+        bits.append(f"between chunks of one launch {chunk:.1%}")
+    parts.append("<p><b>Noise:</b> " + "; ".join(bits) + "</p>")
+    hosts: dict[str, str] = {}
+    for t in study.get_trials(deepcopy=False):
+        facts = t.user_attrs.get(R.HOST_FACTS)
+        if isinstance(facts, dict) and t.user_attrs.get(R.HOST):
+            desc = ", ".join(f"{k} {v}" for k, v in facts.items() if k != "load_1m")
+            version = t.user_attrs.get(R.SERVER_VERSION)
+            hosts.setdefault(str(t.user_attrs[R.HOST]), desc + (f", server {version}" if version else ""))
+    if hosts:
+        parts.append(
+            "<p><b>Measured on</b> (a winner holds for the machine it was measured on): "
+            + "; ".join(f"{html.escape(h)}: {html.escape(d)}" for h, d in sorted(hosts.items()))
+            + "</p>"
+        )
+    return "".join(parts)
+
+
 def render_figures(study: optuna.Study) -> list[tuple[str, str, go.Figure | str]]:
     """(key, title, figure or the reason it is not shown) for every section."""
     out: list[tuple[str, str, go.Figure | str]] = []
@@ -572,6 +664,8 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
 <header><h1>SGLang speculative decoding: study {html.escape(study.study_name)}</h1><div class="sub">{sub}</div></header>
 <main>
 {_header(study)}
+{_alarms(study)}
+{_confirmation(study)}
 {report_section(study)}
 <div class="grid">
 {"".join(sections)}

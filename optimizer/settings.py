@@ -79,6 +79,17 @@ class PrunerConfig(_Strict):
     n_startup_trials: int = Field(default=2, ge=0)
     #: Only prune a trial that is worse than the best by at least this fraction (guards against noise).
     min_gap: float = Field(default=0.02, ge=0, lt=1)
+    #: One sigma of the noise between launches (relative) the ratio pruner assumes until the study has measured
+    #: it from relaunches (a confirmation): 0 = within-launch noise only. Noisy machines: 0.05-0.15.
+    launch_noise: float = Field(default=0.0, ge=0, lt=1)
+
+
+class ConfirmConfig(_Strict):
+    """After the study: relaunch the baseline and the ``top`` best configurations ``rounds`` times each,
+    interleaved, and export the winner that holds up (0 rounds: off). These launches are not in budget.trials."""
+
+    rounds: int = Field(default=0, ge=0, le=100)
+    top: int = Field(default=2, ge=1, le=20)
 
 
 class StudyConfig(_Strict):
@@ -92,6 +103,7 @@ class StudyConfig(_Strict):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     sampler: SamplerConfig = Field(default_factory=SamplerConfig)
     pruner: PrunerConfig = Field(default_factory=PrunerConfig)
+    confirm: ConfirmConfig = Field(default_factory=ConfirmConfig)
     #: Parameter values to measure right after the baseline (e.g. today's production launch), in order.
     initial: list[dict[str, Any]] = Field(default_factory=list)
     #: Launch a candidate equal (after SGLang's normalisation) to a measured one again? No by default.

@@ -8,6 +8,7 @@ samplers and pruners finishes in minutes while counting restarts and wall-clock 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import queue
@@ -48,8 +49,11 @@ class ModelExecutor:
         seed: int = 0,
         boot_timeout_s: float = 1800.0,
         categories: dict[str, float] | None = None,
+        launch_noise: float | None = None,
     ) -> None:
         self.profile = load_profile(profile) if isinstance(profile, str) else profile
+        if launch_noise is not None:  # the spread of the per-launch speed factor, instead of the profile's
+            self.profile = dataclasses.replace(self.profile, launch_noise=launch_noise)
         self.hosts = list(hosts)
         self.workload = workload
         self.rng = np.random.default_rng(seed)

@@ -167,6 +167,8 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
             return _finish(result, "infeasible", reason=f"crash_serving: {line}", kind="crash_serving", log_tail=tail)
         if controls.cancel.is_set():
             return _finish(result, "cancelled", reason="study stopping")
+        if bench.completed:  # also for a pruned trial: a misconfiguration is why many trials are slow
+            result.metrics.update(probe_server(host, server.base_url, spec, log_path, model=bench.model))
         if controls.prune.is_set() and len(bench.chunks) < spec.workload.chunks * len(order):
             return _finish(result, "pruned")
         if bench.completed == 0:
@@ -190,6 +192,30 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
             result.reason = (result.reason + f"; stop: {exc}").strip("; ")
         result.t_end = time.time()
         phase("done", result.status)
+
+
+def probe_server(host: Host, base_url: str, spec: TrialSpec, log_path: Path, *, model: str = "") -> dict[str, Any]:
+    """What the server really runs (and whether it changed a setting asked for), its greedy outputs and the host,
+    as metrics recorded with the trial (``optimizer.alarms`` reads them)."""
+    from . import alarms, probes
+    from .study import records as R
+
+    info = probes.server_info(base_url)
+    args = {k: v for k, v in info.items() if not isinstance(v, (dict, list))}
+    log_text = log_tail(log_path, 200_000)
+    asked = {**alarms.parse_args(spec.extra_args), **dict(spec.candidate.flags)}
+    out: dict[str, Any] = {
+        alarms.CHANGES_ATTR: alarms.server_changes(
+            asked, args, concurrency=spec.workload.concurrency, log_text=log_text
+        ),
+        alarms.GREEDY_ATTR: probes.greedy_digests(base_url, model or None),
+        R.HOST_FACTS: probes.host_facts(getattr(host, "run", None), log_text),
+    }
+    if args.get("attention_backend"):
+        out[alarms.ATTN_ATTR] = args["attention_backend"]
+    if info.get("version"):
+        out[R.SERVER_VERSION] = str(info["version"])
+    return out
 
 
 class _EventUnion:

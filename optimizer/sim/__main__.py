@@ -4,17 +4,24 @@
 
 Simulator options: ``--sim-profile NAME`` (default llama-3.1-8b-h100), ``--sim-time-scale X`` (multiplies boot
 and phase durations), ``--sim-step-scale X`` (multiplies decode step times; 0 = no waiting), ``--sim-seed N``.
+Misconfigurations and noise to reproduce: ``--sim-launch-noise SIGMA`` (spread of each boot's speed factor, else
+the profile's) and ``--sim-launch-seed N`` (else a fresh factor every boot), ``--sim-broken-verify`` (speculative
+decoding emits other tokens than greedy decoding: a broken verify kernel), ``--sim-override FLAG=VALUE`` (the server
+silently runs VALUE whatever was asked).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
 import sys
 import time
+
+import numpy as np
 
 from ..sglang import flags as sgl
 from ..sglang import logs as sglang_logs
@@ -57,9 +64,13 @@ def serve(argv: list[str]) -> int:
         profile = load_profile(opts.profile)
     except KeyError as exc:
         cli.usage_error(f"argument --sim-profile: {exc.args[0]}")
+    if opts.launch_noise is not None:
+        profile = dataclasses.replace(profile, launch_noise=opts.launch_noise)
     ts = opts.time_scale
     _install_sigterm(ts)
-    flags = dict(opts.flags)
+    # A silent override (--sim-override): the server runs another value than the one asked for, as SGLang does
+    # for some combinations; only /server_info and the server_args line show it.
+    flags = {**opts.flags, **opts.overrides}
     env = {k: os.environ[k] for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL") if os.environ.get(k)}
     err = sys.stderr
 
@@ -243,11 +254,15 @@ async def _serve_http(opts, profile, flags, env, phases, ev) -> int:
             "torch.AcceleratorError: " + ev.message,
         )
 
+    # Each boot runs a little faster or slower for its whole life (launch-to-launch noise, Profile.launch_noise).
+    speed = profile.launch_factor(np.random.default_rng(opts.launch_seed))
+    log(f"Simulator: this launch runs at {speed:.3f}x the profile's speed.")
     engine = Engine(
         profile,
         flags,
         env,
-        step_scale=opts.step_scale,
+        step_scale=opts.step_scale / speed,
+        broken_verify=opts.broken_verify,
         seed=opts.seed,
         crash_after=ev.crash_after_requests if ev.failure == "crash_serving" else None,
         on_crash=crash,

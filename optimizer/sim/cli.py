@@ -62,7 +62,12 @@ SIM_OPTIONS: dict[str, Callable[[str], Any]] = {
     "sim-time-scale": float,
     "sim-step-scale": float,
     "sim-seed": int,
+    "sim-launch-noise": float,
+    "sim-launch-seed": int,
+    "sim-override": str,
 }
+# The simulator's own switches (no value).
+SIM_SWITCHES = {"sim-broken-verify"}
 NOT_FLAGS = {"host", "port", "config"}  # launch plumbing, not part of a configuration
 
 
@@ -76,12 +81,20 @@ class Options:
     step_scale: float = 1.0
     seed: int = 0
     unknown: list[str] = field(default_factory=list)  # flags accepted without being modelled
+    #: one sigma of this launch's speed factor (None: the profile's); the factor's seed (None: fresh each boot)
+    launch_noise: float | None = None
+    launch_seed: int | None = None
+    #: speculative decoding emits other tokens than the target's greedy ones (a broken verify kernel)
+    broken_verify: bool = False
+    #: flag -> value the server runs whatever it was asked, reported only in /server_info (a silent override)
+    overrides: dict[str, Any] = field(default_factory=dict)
 
 
 def usage_error(message: str) -> NoReturn:
     sys.stderr.write(
         f"usage: {PROG} [-h] [--sim-profile NAME] [--sim-time-scale X] [--sim-step-scale X] "
-        f"[--sim-seed N] [SGLang launch flags ...]\n{PROG}: error: {message}\n"
+        f"[--sim-seed N] [--sim-launch-noise SIGMA] [--sim-launch-seed N] [--sim-broken-verify] "
+        f"[--sim-override FLAG=VALUE] [SGLang launch flags ...]\n{PROG}: error: {message}\n"
     )
     sys.stderr.flush()
     raise SystemExit(2)
@@ -168,6 +181,10 @@ def parse(argv: list[str], default_profile: str) -> Options:
                 i += 1
             target = sim if name in SIM_OPTIONS else cli
             target[name] = _convert(name, conv, value)
+        elif name in SIM_SWITCHES:
+            if has_inline:
+                usage_error(f"argument --{name}: ignored explicit argument {value!r}")
+            sim[name] = True
         elif name in STORE_TRUE:
             if has_inline:
                 usage_error(f"argument --{name}: ignored explicit argument {value!r}")
@@ -189,6 +206,8 @@ def parse(argv: list[str], default_profile: str) -> Options:
     port = int(flags.pop("port", 30000))
     flags.pop("config", None)
     flags = {k: v for k, v in flags.items() if v is not None and v is not False}
+    if sim.get("sim-launch-noise") is not None and not 0 <= sim["sim-launch-noise"] < 1:
+        usage_error(f"argument --sim-launch-noise: must be in [0, 1), got {sim['sim-launch-noise']}")
     return Options(
         flags=flags,
         host=host,
@@ -198,4 +217,23 @@ def parse(argv: list[str], default_profile: str) -> Options:
         step_scale=float(sim.get("sim-step-scale", 1.0)),
         seed=int(sim.get("sim-seed", 0)),
         unknown=unknown,
+        launch_noise=sim.get("sim-launch-noise"),
+        launch_seed=sim.get("sim-launch-seed"),
+        broken_verify=bool(sim.get("sim-broken-verify")),
+        overrides=_overrides(sim.get("sim-override")),
     )
+
+
+def _overrides(text: str | None) -> dict[str, Any]:
+    """``FLAG=VALUE[,FLAG=VALUE]`` with SGLang flag names, typed like the flags themselves."""
+    out: dict[str, Any] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        if "=" not in item:
+            usage_error(f"argument --sim-override: expected FLAG=VALUE, got {item!r}")
+        name, raw = item.split("=", 1)
+        name = _norm(name)
+        conv = TYPED.get(name)
+        out[name] = _convert(name, conv, raw.strip()) if conv is not None else raw.strip()
+    return out

@@ -207,6 +207,7 @@ class Engine:
         seed: int = 0,
         crash_after: int | None = None,
         on_crash: Callable[[], None] | None = None,
+        broken_verify: bool = False,
     ) -> None:
         self.profile = profile
         self.flags = flags
@@ -220,6 +221,8 @@ class Engine:
         self.rng = random.Random(seed)
         self.crash_after = crash_after
         self.on_crash = on_crash
+        # A broken verify kernel: speculative decoding accepts tokens the target model would not have chosen.
+        self.wrong_tokens = broken_verify and self.spec
         self.depth = max(1, min(self.triple[0], self.triple[2] - 1)) if self.spec else 0
         self.accept = {c: profile.accept_length(self.algo, self.triple, c) for c in CATEGORIES}
         self.cdfs = {c: accept_cdf(round(L, 6), self.depth) if self.spec else (1.0,) for c, L in self.accept.items()}
@@ -266,7 +269,7 @@ class Engine:
             category=cat,
             max_tokens=max(0, int(max_tokens)),
             prompt_tokens=prompt_tokens,
-            seed=text_seed(prompt_text),
+            seed=text_seed(prompt_text) + (1 if self.wrong_tokens else 0),  # every token shifts to another word
             cdf=self.cdfs[cat],
         )
 

@@ -41,6 +41,12 @@ CONSTRAINT_PREFIX = "constraint:"  # mirrors trial.set_constraint: optuna-dashbo
 # Benchmark metrics are stored under their own names (optimizer.loadgen.client.BenchResult); these two are read back.
 TOK_PER_S = "tok_per_s"
 ACCEPT_LENGTH = "accept_length"
+# What the server and its host said about themselves after the benchmark (optimizer.probes; read by the alarms).
+SERVER_CHANGES = "server_changes"  # [{flag, asked, running, source[, why, concurrency]}]
+SERVER_ATTENTION_BACKEND = "server_attention_backend"
+SERVER_VERSION = "server_version"
+GREEDY_DIGESTS = "greedy_digests"  # prompt id -> digest of its greedy output's first characters
+HOST_FACTS = "host_facts"  # {gpu, driver, cpu, load_1m, cpus, nccl}
 LEVELS = "levels"  # {"<concurrency>": {tok_per_s, ttft/itl/e2e percentiles, accept_length, complete, ...}}
 
 # Values of OUTCOME.
@@ -60,6 +66,10 @@ CREATED = "created"
 BASELINE_TOK_PER_S = "baseline_tok_per_s"
 BASELINE_TRIAL = "baseline_trial"
 PLAN = "plan"  # load levels, objective and latency limits (optimizer.levels.plan_record)
+LAUNCH_NOISE = "launch_noise"  # {sigma, df, source}: the noise between launches, measured from relaunches
+CONFIRM_PLAN = "confirm:plan"  # the configurations a confirmation relaunches (optimizer.confirm)
+CONFIRM_RUN_PREFIX = "confirm:run:"  # confirm:run:NNNN, one relaunch each
+CONFIRM_RESULT = "confirm:result"  # the verdict (optimizer.verdict)
 
 
 def constraint_attr(name: str) -> str:

@@ -91,6 +91,7 @@ def load_or_create(
             n_startup_steps=cfg.pruner.n_startup_steps,
             n_startup_trials=cfg.pruner.n_startup_trials,
             min_gap=cfg.pruner.min_gap,
+            launch_noise=cfg.pruner.launch_noise,
         ),
         direction="maximize",
         load_if_exists=True,

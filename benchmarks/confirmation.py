@@ -1,0 +1,210 @@
+"""Does confirmation pick a winner that is truly near the optimum, at low and at high launch-to-launch noise?
+
+For each seed and each launch noise (one sigma of the per-launch speed factor: 3 % and 20 %), the real driver
+runs a study on the Kimi profile with the in-process model executor (``optimizer.simexec``), then the real
+``Confirmer`` relaunches the baseline and the study's best ``top`` configurations ``rounds`` times each. Scored
+against the simulator's ground truth:
+
+- unconfirmed winner: the study's best single launch; confirmed winner: the confirmation's verdict;
+- within 2 %: the winner's true tok/s is at least 98 % of the true optimum of the space;
+- optimum pruned: a launch of the true optimum was pruned during the study, with a pruner that knows only the
+  noise within a launch (as before any relaunch) and with one that knows the launch noise (as after one);
+- cost: confirmation launches and their share of the study's launches.
+
+``python -m benchmarks.confirmation --seeds 20`` (about 2 minutes on 2 cores); ``benchmarks/run.py`` runs it as
+its ``confirmation`` section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from optimizer.confirm import Confirmer
+from optimizer.hosts.config import local_host
+from optimizer.pruning import make_pruner
+from optimizer.settings import parse_study
+from optimizer.simexec import CATEGORY_MIX, ModelExecutor
+from optimizer.space import load_space
+from optimizer.study import Driver, Progress, best_trial, make_sampler
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILE = "kimi-k2.5-8x-rtxpro6000"
+SPACE = ROOT / "search_spaces" / "demo.yaml"
+NOISES = (0.03, 0.20)
+WORKLOAD = dict(concurrency=1, max_tokens=256, warmup_requests=2, chunks=8, requests_per_chunk=4)
+WITHIN = 0.98
+
+
+def truth(space: Any) -> dict[str, float]:
+    from optimizer.sim.profiles import load_profile
+
+    prof = load_profile(PROFILE)
+    out = {}
+    for cand in space.grid():
+        if any(c.value > 0 for c in space.checks(cand)):
+            continue
+        ev = prof.evaluate(dict(cand.flags), dict(cand.env), WORKLOAD["concurrency"], CATEGORY_MIX)
+        out[cand.key(architecture=space.model.architecture)] = ev.tok_per_s if ev.ok else 0.0
+    return out
+
+
+def one(
+    seed: int, noise: float, *, trials: int, rounds: int, top: int, space: Any, values: dict, knows_noise: bool
+) -> dict:
+    cfg = parse_study(
+        {
+            "study": f"confirm-{seed}",
+            "budget": {"trials": trials},
+            "workload": WORKLOAD,
+            "sampler": {"seed": seed},
+            "confirm": {"rounds": rounds, "top": top},
+        },
+        "<bench>",
+    )
+    study = optuna.create_study(
+        direction="maximize",
+        sampler=make_sampler(cfg),
+        pruner=make_pruner(cfg.pruner.name, min_gap=cfg.pruner.min_gap, launch_noise=noise if knows_noise else 0.0),
+    )
+    ex = ModelExecutor(PROFILE, ["h0"], cfg.workload, seed=seed + 1000, launch_noise=noise)
+    hosts = [local_host("h0")]
+    Driver(cfg, space, hosts, ex, progress=Progress(lambda s: None), study=study).run()
+    study_launches = len(ex.ledger.launches)
+    clock0 = ex.clock
+    verdict = Confirmer(cfg, space, hosts, ex, study).run(rounds, top)
+    opt = max(values.values())
+
+    def true_of(trial_number: int | None) -> float:
+        if trial_number is None:
+            return 0.0
+        t = study.trials[trial_number]
+        return values.get(t.user_attrs.get("candidate_key"), 0.0)
+
+    unconfirmed = best_trial(study)
+    arms_true = [true_of(a.trial) / opt for a in (verdict.arms if verdict else []) if not a.baseline]
+    confirmed = verdict.winner.trial if verdict and verdict.winner else None
+    opt_keys = {k for k, v in values.items() if v >= opt - 1e-9}
+    pruned_opt = any(
+        t.user_attrs.get("candidate_key") in opt_keys and t.user_attrs.get("outcome") == "pruned" for t in study.trials
+    )
+    return {
+        "seed": seed,
+        "noise": noise,
+        "pruner_knows_noise": knows_noise,
+        "prune_saving": 1.0 - ex.ledger.bench_s / ex.ledger.bench_full_s if ex.ledger.bench_full_s else 0.0,
+        "unconfirmed_true": true_of(unconfirmed.number if unconfirmed else None) / opt,
+        "confirmed_true": true_of(confirmed) / opt if confirmed is not None else 0.0,
+        "optimum_pruned": pruned_opt,
+        "best_arm_true": max(arms_true, default=0.0),
+        "study_launches": study_launches,
+        "confirm_launches": len(ex.ledger.launches) - study_launches,
+        "confirm_hours": (ex.clock - clock0) / 3600,
+        "significant": None if verdict is None else verdict.significant,
+        "equivalent": 0 if verdict is None else len(verdict.equivalent),
+        "noise_estimate": None if verdict is None else verdict.noise,
+    }
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    out = []
+    for noise, knows in sorted({(r["noise"], r["pruner_knows_noise"]) for r in rows}):
+        rs = [r for r in rows if r["noise"] == noise and r["pruner_knows_noise"] == knows]
+        est = [r["noise_estimate"] for r in rs if r["noise_estimate"] is not None]
+        out.append(
+            {
+                "launch_noise": noise,
+                "pruner_knows_noise": knows,
+                "prune_saving_mean": statistics.fmean(r["prune_saving"] for r in rs),
+                "seeds": len(rs),
+                "unconfirmed_within_2pct": sum(r["unconfirmed_true"] >= WITHIN for r in rs),
+                "confirmed_within_2pct": sum(r["confirmed_true"] >= WITHIN for r in rs),
+                # the most confirmation can do: one of the configurations it relaunched is within 2 %
+                "an_arm_within_2pct": sum(r["best_arm_true"] >= WITHIN for r in rs),
+                "unconfirmed_true_median": statistics.median(r["unconfirmed_true"] for r in rs),
+                "confirmed_true_median": statistics.median(r["confirmed_true"] for r in rs),
+                "optimum_pruned": sum(r["optimum_pruned"] for r in rs),
+                "study_launches_median": statistics.median(r["study_launches"] for r in rs),
+                "confirm_launches_median": statistics.median(r["confirm_launches"] for r in rs),
+                "confirm_hours_median": statistics.median(r["confirm_hours"] for r in rs),
+                "significant_gain": sum(bool(r["significant"]) for r in rs),
+                "noise_estimate_median": statistics.median(est) if est else None,
+            }
+        )
+    return out
+
+
+def run(seeds: int = 20, trials: int = 14, rounds: int = 3, top: int = 2, noises=NOISES) -> dict:
+    logging.getLogger("optuna").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore")
+    space = load_space(str(SPACE))
+    values = truth(space)
+    t0 = time.time()
+    rows = [
+        one(s, n, trials=trials, rounds=rounds, top=top, space=space, values=values, knows_noise=k)
+        for n in noises
+        for k in (False, True)
+        for s in range(seeds)
+    ]
+    return {
+        "profile": PROFILE,
+        "space": "search_spaces/demo.yaml",
+        "trials": trials,
+        "rounds": rounds,
+        "top": top,
+        "summary": summarise(rows),
+        "rows": rows,
+        "seconds": time.time() - t0,
+    }
+
+
+def table(res: dict) -> str:
+    lines = [
+        f"confirmation on {res['profile']} ({res['space']}, {res['trials']} launches, then {res['rounds']} rounds of "
+        f"the baseline and the top {res['top']})",
+        "| launch noise | pruner's launch noise | winner within 2 % of the optimum: unconfirmed / confirmed "
+        "(a relaunched one was) | "
+        "true value (median) unconfirmed / confirmed | optimum pruned | benchmark time saved by pruning | "
+        "confirmation launches (median) | noise estimated (median) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in res["summary"]:
+        est = s["noise_estimate_median"]
+        lines.append(
+            f"| {s['launch_noise']:.0%} | {'known' if s['pruner_knows_noise'] else 'unknown (0)'} | "
+            f"{s['unconfirmed_within_2pct']}/{s['seeds']} / "
+            f"{s['confirmed_within_2pct']}/{s['seeds']} ({s['an_arm_within_2pct']}) | {s['unconfirmed_true_median']:.1%} / "
+            f"{s['confirmed_true_median']:.1%} | {s['optimum_pruned']}/{s['seeds']} | {s['prune_saving_mean']:.0%} | "
+            f"{s['confirm_launches_median']:.0f} (+{s['confirm_launches_median'] / s['study_launches_median']:.0%} "
+            f"of the study's {s['study_launches_median']:.0f}), {s['confirm_hours_median']:.1f} h | "
+            + ("-" if est is None else f"{est:.1%}")
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.confirmation", description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--trials", type=int, default=14)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--top", type=int, default=2)
+    ap.add_argument("--out", help="write the results as JSON here")
+    a = ap.parse_args(argv)
+    res = run(a.seeds, a.trials, a.rounds, a.top)
+    print(table(res))
+    if a.out:
+        Path(a.out).write_text(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

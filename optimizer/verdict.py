@@ -1,0 +1,219 @@
+"""The statistics of a confirmation: intervals, gains over the baseline, equivalence, and the launch noise.
+
+Confirmation relaunches each configuration (and the baseline) ``n`` times, interleaved in rounds
+(A B C, A B C, ...). Speed is multiplicative, so everything is done on log tok/s:
+
+- each configuration's tok/s is the geometric mean of its launches, with a Student-t interval;
+- its gain over the baseline is the mean of the per-round log ratios (round r of A against round r of the
+  baseline: any drift over the rounds cancels), with a t-interval, reported as ``exp(.) - 1``;
+- two configurations are *equivalent* when their tok/s intervals overlap; the fastest and every configuration
+  equivalent to it form the top group, and the cheapest of that group (fewer steps, then fewer draft tokens, then
+  smaller topk) is the confirmed winner;
+- the launch-to-launch noise is the pooled within-configuration spread of log tok/s over all relaunches.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scipy import stats as _st
+
+CONFIDENCE = 0.95
+#: Among equivalent configurations, the cheapest one whose mean is within this fraction of the fastest's wins.
+PREFER_CHEAPER_WITHIN = 0.02
+
+
+@dataclass
+class Interval:
+    mean: float  # on the log scale
+    lo: float | None
+    hi: float | None
+    n: int
+
+    @property
+    def known(self) -> bool:
+        return self.lo is not None and self.hi is not None
+
+    def includes_zero(self) -> bool:
+        return not self.known or (self.lo <= 0.0 <= self.hi)  # type: ignore[operator]
+
+    def overlaps(self, other: Interval) -> bool:
+        if not (self.known and other.known):
+            return False
+        return self.lo <= other.hi and other.lo <= self.hi  # type: ignore[operator]
+
+
+def t_interval(logs: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    n = len(logs)
+    if n == 0:
+        return Interval(float("nan"), None, None, 0)
+    mean = statistics.fmean(logs)
+    if n < 2:
+        return Interval(mean, None, None, n)
+    half = float(_st.t.ppf(0.5 + confidence / 2, n - 1)) * statistics.stdev(logs) / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half, n)
+
+
+@dataclass
+class Arm:
+    """One configuration under confirmation: what it is and what each round measured (round -> tok/s)."""
+
+    label: str
+    trial: int | None
+    config: str
+    cost: tuple[int, int, int]  # (steps, draft tokens, topk): smaller is cheaper; the baseline is (0, 0, 0)
+    baseline: bool = False
+    runs: dict[int, float] = field(default_factory=dict)
+    study_tok_per_s: float | None = None  # what the study measured in its single launch
+
+    #: the launch noise pooled over every arm of the confirmation (sigma, df), set by ``decide``: with a few
+    #: launches per arm, one arm's own spread is a poor estimate (t(2) = 4.3), the pooled one a far better one
+    pooled: tuple[float, int] | None = None
+
+    @property
+    def tok_per_s(self) -> Interval:
+        logs = [math.log(v) for v in self.runs.values() if v > 0]
+        if self.pooled is None or not logs or self.pooled[1] < 2:
+            return t_interval(logs)
+        sigma, df = self.pooled
+        mean = statistics.fmean(logs)
+        half = float(_st.t.ppf(0.5 + CONFIDENCE / 2, df)) * sigma / math.sqrt(len(logs))
+        return Interval(mean, mean - half, mean + half, len(logs))
+
+
+def ratio(a: Arm, b: Arm) -> Interval:
+    """Per-round log ratio of a over b, on the rounds both completed."""
+    rounds = sorted(set(a.runs) & set(b.runs))
+    return t_interval([math.log(a.runs[r] / b.runs[r]) for r in rounds if a.runs[r] > 0 and b.runs[r] > 0])
+
+
+def launch_noise(arms: Sequence[Arm]) -> tuple[float | None, int]:
+    """Pooled within-configuration standard deviation of log tok/s across relaunches, and its degrees of freedom."""
+    ss, df = 0.0, 0
+    for a in arms:
+        logs = [math.log(v) for v in a.runs.values() if v > 0]
+        if len(logs) >= 2:
+            m = statistics.fmean(logs)
+            ss += sum((x - m) ** 2 for x in logs)
+            df += len(logs) - 1
+    return (math.sqrt(ss / df), df) if df else (None, 0)
+
+
+@dataclass
+class Verdict:
+    arms: list[Arm]
+    winner: Arm | None
+    fastest: Arm | None
+    equivalent: list[Arm]  # the fastest's top group, the winner included
+    gain: Interval | None  # the winner over the baseline (log scale)
+    significant: bool | None  # None: not enough runs to say
+    noise: float | None
+    noise_df: int
+    lines: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        def arm(a: Arm) -> dict[str, Any]:
+            iv = a.tok_per_s
+            base = next((b for b in self.arms if b.baseline), None)
+            g = ratio(a, base) if base is not None and not a.baseline else None
+            return {
+                "label": a.label,
+                "trial": a.trial,
+                "config": a.config,
+                "baseline": a.baseline,
+                "launches": iv.n,
+                "runs": [a.runs[r] for r in sorted(a.runs)],
+                "tok_per_s": _exp(iv.mean),
+                "ci": [_exp(iv.lo), _exp(iv.hi)],
+                "gain": None if g is None else _exp(g.mean, -1),
+                "gain_ci": None if g is None else [_exp(g.lo, -1), _exp(g.hi, -1)],
+                "study_tok_per_s": a.study_tok_per_s,
+            }
+
+        return {
+            "arms": [arm(a) for a in self.arms],
+            "winner": None if self.winner is None else arm(self.winner),
+            "fastest_trial": None if self.fastest is None else self.fastest.trial,
+            "equivalent_trials": [a.trial for a in self.equivalent],
+            "significant_gain": self.significant,
+            "launch_noise": self.noise,
+            "launch_noise_df": self.noise_df,
+            "confidence": CONFIDENCE,
+            "verdict": self.lines,
+        }
+
+
+def _exp(x: float | None, shift: float = 0.0) -> float | None:
+    return None if x is None or x != x else round(math.exp(x) + shift, 6)
+
+
+def _pct(iv: Interval) -> str:
+    if not iv.known:
+        return f"{math.exp(iv.mean) - 1:+.1%} (one paired round: no interval)"
+    return f"{math.exp(iv.mean) - 1:+.1%} (95% CI {math.exp(iv.lo) - 1:+.1%} to {math.exp(iv.hi) - 1:+.1%})"  # type: ignore[arg-type]
+
+
+def _tps(iv: Interval) -> str:
+    if not iv.known:
+        return f"{math.exp(iv.mean):.1f} tok/s"
+    return f"{math.exp(iv.mean):.1f} tok/s (95% CI {math.exp(iv.lo):.1f}-{math.exp(iv.hi):.1f})"  # type: ignore[arg-type]
+
+
+def decide(arms: Sequence[Arm]) -> Verdict:
+    arms = list(arms)
+    base = next((a for a in arms if a.baseline), None)
+    cands = [a for a in arms if not a.baseline and a.runs]
+    noise, df = launch_noise(arms)
+    for a in arms:
+        a.pooled = (noise, df) if noise is not None else None
+    lines: list[str] = []
+    if not cands:
+        return Verdict(arms, None, None, [], None, None, noise, df, ["no configuration completed a confirmation run"])
+    ranked = sorted(cands, key=lambda a: a.tok_per_s.mean, reverse=True)
+    fastest = ranked[0]
+    group = [fastest] + [a for a in ranked[1:] if a.tok_per_s.overlaps(fastest.tok_per_s)]
+    # The cheaper of an equivalent group, unless it measured clearly slower than the fastest: with three
+    # launches "equivalent" spans several per cent, and a cheaper tree is no bargain at 5 % less speed.
+    near = [a for a in group if a.tok_per_s.mean >= fastest.tok_per_s.mean + math.log(1 - PREFER_CHEAPER_WITHIN)]
+    winner = min(near, key=lambda a: (a.cost, -a.tok_per_s.mean))
+    gain = ratio(winner, base) if base is not None and base.runs else None
+    significant = None if gain is None or not gain.known else (gain.lo > 0)  # type: ignore[operator]
+    lines.append(
+        f"confirmed best: {winner.label} {winner.config}: {_tps(winner.tok_per_s)}, {winner.tok_per_s.n} launches"
+    )
+    if len(group) > 1:
+        others = [a for a in group if a is not winner]
+        lines.append(
+            "equivalent within the noise: "
+            + ", ".join(f"{a.label} ({_tps(a.tok_per_s)})" for a in [winner, *others])
+            + f"; the cheapest ({winner.label}: {winner.cost[0]} steps, {winner.cost[1]} draft tokens) is exported"
+        )
+    elif len(ranked) > 1:
+        r = ratio(ranked[1], fastest)
+        lines.append(f"runner-up {ranked[1].label} is slower: {_pct(r)}")
+    if gain is None:
+        lines.append("no baseline run completed: the gain is not known")
+    elif significant is None:
+        lines.append(f"gain over the baseline {_pct(gain)}: too few paired rounds to judge it")
+    elif significant:
+        lines.append(f"gain over the baseline {_pct(gain)}")
+    else:
+        lines.append(f"no significant gain over the baseline: {_pct(gain)}")
+    if noise is not None:
+        lines.append(f"launch-to-launch noise {noise:.1%} (pooled over {df} degrees of freedom)")
+    return Verdict(arms, winner, fastest, group, gain, significant, noise, df, lines)
+
+
+def arm_cost(flags: Mapping[str, Any]) -> tuple[int, int, int]:
+    from .sglang import flags as sgl
+
+    if sgl.algorithm(flags) is None:
+        return (0, 0, 0)
+    steps = int(flags.get(sgl.STEPS) or 0)
+    topk = int(flags.get(sgl.TOPK) or 1)
+    draft = int(flags.get(sgl.DRAFT) or steps + 1)
+    return (steps, draft, topk)
