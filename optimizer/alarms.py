@@ -122,11 +122,8 @@ def slower_than_baseline(
         return None
     pairs: list[tuple[str, float, float]] = []
     if levels and baseline_levels:
-        pairs = [
-            (str(k), float(levels[k]), float(baseline_levels[k]))
-            for k in sorted(set(levels) & set(baseline_levels), key=str)
-            if isinstance(levels[k], (int, float)) and isinstance(baseline_levels[k], (int, float))
-        ]
+        mine, base = _level_values(levels), _level_values(baseline_levels)
+        pairs = [(f"c{k}", mine[k], base[k]) for k in sorted(set(mine) & set(base), key=_level_key)]
     if not pairs and isinstance(tok_per_s, (int, float)) and isinstance(baseline_tok_per_s, (int, float)):
         pairs = [("", float(tok_per_s), float(baseline_tok_per_s))]
     if not pairs or any(v >= b for _, v, b in pairs) or any(b <= 0 for _, _, b in pairs):
@@ -144,6 +141,20 @@ def slower_than_baseline(
         "prefer fewer steps and topk 1 at this concurrency, check the accept length, or serve this workload "
         "without speculative decoding.",
     )
+
+
+def _level_key(k: str) -> tuple[int, str]:
+    return (int(k), k) if str(k).isdigit() else (1 << 30, str(k))
+
+
+def _level_values(levels: Mapping[str, Any]) -> dict[str, float]:
+    """tok/s by concurrency level, from the ``levels`` attribute ({"8": {"tok_per_s": ...}} or {"8": 123.4})."""
+    out = {}
+    for k, v in levels.items():
+        value = v.get(R.TOK_PER_S) if isinstance(v, Mapping) else v
+        if isinstance(value, (int, float)) and value > 0:
+            out[str(k)] = float(value)
+    return out
 
 
 def changed_settings(changes: Sequence[Mapping[str, Any]] | None) -> list[Alarm]:

@@ -206,7 +206,7 @@ def probe_server(host: Host, base_url: str, spec: TrialSpec, log_path: Path, *, 
     asked = {**alarms.parse_args(spec.extra_args), **dict(spec.candidate.flags)}
     out: dict[str, Any] = {
         alarms.CHANGES_ATTR: alarms.server_changes(
-            asked, args, concurrency=spec.workload.concurrency, log_text=log_text
+            asked, args, concurrency=max(spec.workload.levels), log_text=log_text
         ),
         alarms.GREEDY_ATTR: probes.greedy_digests(base_url, model or None),
         R.HOST_FACTS: probes.host_facts(getattr(host, "run", None), log_text),
