@@ -35,6 +35,7 @@ from optimizer.settings import parse_study
 from optimizer.simexec import CATEGORY_MIX, ModelExecutor
 from optimizer.space import load_space
 from optimizer.study import Driver, Progress, best_trial, make_sampler
+from optimizer.study import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = "kimi-k2.5-8x-rtxpro6000"
@@ -87,14 +88,14 @@ def one(
         if trial_number is None:
             return 0.0
         t = study.trials[trial_number]
-        return values.get(t.user_attrs.get("candidate_key"), 0.0)
+        return values.get(t.user_attrs.get(R.CANDIDATE_KEY), 0.0)
 
     unconfirmed = best_trial(study)
     arms_true = [true_of(a.trial) / opt for a in (verdict.arms if verdict else []) if not a.baseline]
     confirmed = verdict.winner.trial if verdict and verdict.winner else None
     opt_keys = {k for k, v in values.items() if v >= opt - 1e-9}
     pruned_opt = any(
-        t.user_attrs.get("candidate_key") in opt_keys and t.user_attrs.get("outcome") == "pruned" for t in study.trials
+        t.user_attrs.get(R.CANDIDATE_KEY) in opt_keys and t.user_attrs.get(R.OUTCOME) == "pruned" for t in study.trials
     )
     return {
         "seed": seed,

@@ -300,7 +300,7 @@ def _baseline(trials: Sequence[Any]) -> Any:
     from optuna.trial import TrialState
 
     for t in trials:
-        if t.user_attrs.get(R.BASELINE) and t.state == TrialState.COMPLETE and not t.user_attrs.get("duplicate_of"):
+        if t.user_attrs.get(R.BASELINE) and t.state == TrialState.COMPLETE and not t.user_attrs.get(R.DUPLICATE_OF):
             return t
     return None
 
