@@ -219,14 +219,28 @@ class Outcome:
     flat: dict[str, Any]  # figures of the objective to store as plain user attributes
 
 
-def judge(metrics: dict[str, Any], plan: Plan) -> Outcome:
+def baseline_levels(study: optuna.Study) -> dict[int, float]:
+    """The baseline trial's tok/s at each level it measured in full (for ``aggregate: gain``)."""
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(BASELINE_ATTR) and t.state == TrialState.COMPLETE and not t.user_attrs.get("duplicate_of"):
+            return {
+                c: float(m["tok_per_s"]) for c, m in trial_levels(t).items() if m.get("complete") and m.get("tok_per_s")
+            }
+    return {}
+
+
+def judge(
+    metrics: dict[str, Any], plan: Plan, baseline: dict[int, float] | None = None, *, is_baseline: bool = False
+) -> Outcome:
     """The objective, the latency constraints and the flat figures of a completed trial's metrics.
 
     Limits at every measured level count: a configuration that breaks a limit at any load it was measured at is
     not one to deploy, so it cannot be the objective's best (each level's own answer only checks its own limits).
     """
     per = per_level_metrics(metrics, plan)
-    value = plan.value(per)
+    if plan.objective.aggregate == "gain" and is_baseline:
+        baseline = {c: float(m["tok_per_s"]) for c, m in per.items() if m.get("tok_per_s")}  # its own gain is 1
+    value = plan.value(per, baseline)
     constraints: dict[str, float] = {}
     for c in plan.levels:
         if c in per:

@@ -6,6 +6,7 @@
     objective: {level: 32}                          # tok/s at concurrency 32 (default: the last level listed)
     objective: weighted                             # the mean tok/s over the levels, equal weights
     objective: {aggregate: weighted, weights: {1: 2, 32: 1}}
+    objective: gain                                 # the mean of tok/s / the baseline's tok/s, level by level
     objective: {level: 32, pareto: true}            # two objectives at level 32: tok/s up, p99 ITL down
     limits: {itl_p99_ms: 30}                        # at every level
     limits: {32: {ttft_p99_ms: 2000, itl_p99_ms: 40}, 1: {itl_p99_ms: 8}}   # per level
@@ -42,8 +43,11 @@ class Limit(_Strict):
 
 class Objective(_Strict):
     level: int | None = Field(default=None, ge=1)
-    aggregate: Literal["weighted"] | None = None
-    #: level -> weight for ``aggregate: weighted`` (default: equal); the value is sum(w * tok/s) / sum(w)
+    #: ``weighted``: sum(w * tok/s) / sum(w), dominated by the busiest level unless the weights say otherwise;
+    #: ``gain``: sum(w * tok/s / baseline tok/s at that level) / sum(w), so every level counts alike whatever its
+    #: scale (needs the baseline, measured first; until then and without one it is the weighted tok/s)
+    aggregate: Literal["weighted", "gain"] | None = None
+    #: level -> weight for an aggregate (default: equal)
     weights: dict[int, float] | None = None
     #: a two-objective study: tok/s (maximised) against p99 ITL (minimised) at ``level``; no pruning
     pareto: bool = False
@@ -51,8 +55,8 @@ class Objective(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
-        if data == "weighted":
-            return {"aggregate": "weighted"}
+        if data in ("weighted", "gain"):
+            return {"aggregate": data}
         if data == "pareto":
             return {"pareto": True}
         if isinstance(data, int) and not isinstance(data, bool):
@@ -62,9 +66,9 @@ class Objective(_Strict):
     @model_validator(mode="after")
     def _one_kind(self) -> Objective:
         if self.level is not None and self.aggregate is not None:
-            raise ValueError("give either level (one load level) or aggregate: weighted, not both")
+            raise ValueError("give either level (one load level) or aggregate: weighted or gain, not both")
         if self.weights is not None and self.aggregate is None:
-            raise ValueError("weights need aggregate: weighted")
+            raise ValueError("weights need aggregate: weighted or gain")
         if self.weights is not None and (not self.weights or any(w < 0 for w in self.weights.values())):
             raise ValueError("weights must be a non-empty mapping of level -> weight >= 0")
         if self.weights is not None and sum(self.weights.values()) <= 0:
@@ -81,7 +85,7 @@ class Plan:
         self.levels = list(levels)
         self.objective = objective
         self.chunks = chunks
-        if objective.aggregate == "weighted":
+        if objective.aggregate is not None:
             w = objective.weights or {c: 1.0 for c in self.levels}
             self.weights = {c: float(w.get(c, 0.0)) for c in self.levels}
         else:
@@ -107,7 +111,8 @@ class Plan:
     def describe(self) -> str:
         if self.weights:
             parts = ", ".join(f"c{c} x{w:g}" for c, w in self.weights.items() if w > 0)
-            return f"weighted tok/s ({parts})"
+            what = "mean gain over the baseline" if self.objective.aggregate == "gain" else "weighted tok/s"
+            return f"{what} ({parts})"
         text = f"tok/s at concurrency {self.level}"
         return text + " against p99 ITL (Pareto)" if self.pareto else text
 
@@ -119,45 +124,62 @@ class Plan:
     def order(self) -> list[int]:
         """The order one boot measures the levels in.
 
-        With one objective level it runs first: pruning acts on its chunks, so a clearly worse configuration
-        is stopped before the other levels are spent on it (each level's figures of a pruned trial still count
-        for that level's answer when every chunk of the level was measured). With an aggregate the levels run as
-        listed, the same order in every trial.
+        With one objective level it runs first, all its chunks: pruning acts on them, so a clearly worse
+        configuration is stopped before the other levels are spent on it (its other levels are then not
+        measured: the price of an objective level). With an aggregate the levels take turns chunk by chunk
+        (``interleave``), the same order in every trial, so that pruning sees every level from the first round.
         """
         if self.level is None:
             return list(self.levels)
         return [self.level, *(c for c in self.levels if c != self.level)]
 
+    @property
+    def interleave(self) -> bool:
+        return self.level is None and self.multi_level
+
+    def _active(self) -> list[int]:
+        return [c for c in self.levels if self.weights.get(c, 0.0) > 0]
+
     def step(self, level: int, index: int) -> int | None:
         """The intermediate-value step of chunk ``index`` at ``level``; None when it is not reported.
 
-        Pruning compares step i of a trial with step i of the best trial, so a step must mean the same chunk in
-        every trial. One objective level: only its chunks are reported, step = chunk index. An aggregate:
-        every chunk is reported, step = the chunk's place in the fixed level order (level position * chunks +
-        index); the pruner measures its noise within each level's block of steps (``steps_per_level``).
+        Pruning compares step i of a trial with step i of another, so a step must mean the same chunk in every
+        trial. One objective level: only its chunks are reported, step = chunk index. An aggregate: the chunks
+        of every weighted level, step = index * levels + the level's place, the order they run in.
         """
         if self.pareto:
             return None  # Optuna cannot prune a multi-objective study
         if self.level is not None:
             return index if level == self.level else None
-        if self.weights.get(level, 0.0) <= 0:
+        active = self._active()
+        if level not in active:
             return None
-        return self.levels.index(level) * self.chunks + index
+        return index * len(active) + active.index(level)
+
+    def level_of_step(self, step: int) -> int:
+        if self.level is not None:
+            return self.level
+        active = self._active()
+        return active[step % len(active)]
 
     def last_step(self) -> int:
         if self.level is not None:
             return self.chunks - 1
-        return max(self.levels.index(c) for c, w in self.weights.items() if w > 0) * self.chunks + self.chunks - 1
-
-    @property
-    def steps_per_level(self) -> int:
-        return self.chunks
+        return self.chunks * len(self._active()) - 1
 
     # ------------------------------------------------------------------ values
-    def value(self, per_level: Mapping[int, Mapping[str, Any]]) -> float | None:
-        """The objective (tok/s) from complete levels' metrics; None when a level it needs is missing."""
+    def value(
+        self, per_level: Mapping[int, Mapping[str, Any]], baseline: Mapping[int, float] | None = None
+    ) -> float | None:
+        """The objective from complete levels' metrics; None when a level it needs is missing. ``baseline``:
+        the baseline's tok/s per level, for ``aggregate: gain``."""
         if self.weights:
             total = sum(w for w in self.weights.values() if w > 0)
+            relative = (
+                self.objective.aggregate == "gain"
+                and baseline
+                and all(baseline.get(c) for c, w in self.weights.items() if w > 0)
+            )
             acc = 0.0
             for c, w in self.weights.items():
                 if w <= 0:
@@ -165,7 +187,7 @@ class Plan:
                 m = per_level.get(c)
                 if not m or not m.get("complete", True) or m.get("tok_per_s") is None:
                     return None
-                acc += w * float(m["tok_per_s"])
+                acc += w * float(m["tok_per_s"]) / (float(baseline[c]) if relative else 1.0)  # type: ignore[index]
             return acc / total
         m = per_level.get(self.level)  # type: ignore[arg-type]
         if not m or not m.get("complete", True) or m.get("tok_per_s") is None:

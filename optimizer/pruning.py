@@ -22,8 +22,41 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-from .study import records as R
 from .study.records import BASELINE, LAUNCH_NOISE
+
+
+def _plan(study: optuna.Study):  # noqa: ANN202 - optimizer.objective.Plan, imported late (no import cycle)
+    from .levels import study_plan
+
+    plan = study_plan(study)
+    return plan if plan is not None and plan.interleave else None
+
+
+def _worse_at_every_level(study: optuna.Study, trial: FrozenTrial, plan, threshold) -> bool:  # noqa: ANN001
+    """A study over several load levels answers each level: prune a trial only when, at every level it has
+    chunks of, it trails that level's best complete trial (so it cannot be any level's answer)."""
+    from .levels import trial_levels
+
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.number != trial.number and t.intermediate_values and all(v <= 0 for v in t.constraints.values())
+    ]
+    by_level: dict[int, list[int]] = {}
+    for step in trial.intermediate_values:
+        by_level.setdefault(plan.level_of_step(step), []).append(step)
+    if not by_level:
+        return False
+    for level, steps in by_level.items():
+        best = max(done, key=lambda t: trial_levels(t).get(level, {}).get("tok_per_s") or 0.0, default=None)
+        if best is None:
+            return False
+        ratios = [
+            trial.intermediate_values[s] / best.intermediate_values[s] for s in steps if best.intermediate_values.get(s)
+        ]
+        if not ratios or statistics.fmean(ratios) >= threshold(len(ratios)):
+            return False
+    return True
 
 
 def _best_complete(study: optuna.Study, current: FrozenTrial) -> FrozenTrial | None:
@@ -41,16 +74,16 @@ def _best_complete(study: optuna.Study, current: FrozenTrial) -> FrozenTrial | N
 def chunk_noise(study: optuna.Study, default: float = 0.05) -> float:
     """Pooled relative spread of chunk tok/s within completed trials (sample std / mean).
 
-    A study whose objective aggregates several load levels reports each level's chunks as its own block of steps
-    (``Plan.step``); the spread is measured within each block, never across loads.
+    A study whose objective aggregates several load levels reports every level's chunks (``Plan.step``); the
+    spread is measured within each level, never across loads.
     """
-    block = int((study.user_attrs.get(R.PLAN) or {}).get("chunks") or 0) or None
+    plan = _plan(study)
     spreads = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         groups: dict[int, list[float]] = {}
         for step, v in t.intermediate_values.items():
             if v and v > 0:
-                groups.setdefault(step // block if block else 0, []).append(v)
+                groups.setdefault(plan.level_of_step(step) if plan is not None else 0, []).append(v)
         for vals in groups.values():
             if len(vals) < 3:
                 continue
@@ -92,6 +125,18 @@ class RatioToBestPruner(BasePruner):
         done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if len([t for t in done if t.intermediate_values]) < self.n_startup_trials:
             return False
+        chunk = chunk_noise(study)
+        launch = launch_noise(study, self.launch_noise)
+
+        def threshold(k: int) -> float:
+            # Chunk noise is relative within a trial; a ratio of two noisy chunks has sqrt(2) times that spread,
+            # and averages out over k chunks. Launch noise is shared by all chunks of a launch: it never does.
+            return 1.0 - self.min_gap - self.z * math.sqrt(2 * chunk**2 / k + 2 * launch**2)
+
+        plan = _plan(study)
+        if plan is not None:
+            rounds = len(trial.intermediate_values) // max(1, len(plan._active()))
+            return rounds > self.n_startup_steps and _worse_at_every_level(study, trial, plan, threshold)
         best = _best_complete(study, trial)
         if best is None:
             return False
@@ -103,12 +148,7 @@ class RatioToBestPruner(BasePruner):
         k = len(ratios)
         if k <= self.n_startup_steps:
             return False
-        # Chunk noise is relative within a trial; a ratio of two noisy chunks has sqrt(2) times that spread, and
-        # averages out over k chunks. Launch noise is shared by all chunks of a launch: it never averages out.
-        chunk = chunk_noise(study)
-        launch = launch_noise(study, self.launch_noise)
-        noise = math.sqrt(2 * chunk**2 / k + 2 * launch**2)
-        return statistics.fmean(ratios) < 1.0 - self.min_gap - self.z * noise
+        return statistics.fmean(ratios) < threshold(k)
 
 
 class GuardedPruner(BasePruner):

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .events import ChunkEvent, PhaseEvent, TrialResult
+from .loadgen.client import schedule as run_order
 from .loadgen.workload import Workload
 from .sglang.logs import SHUTDOWN_S as STOP_S
 from .sim.model import BOOT_FAILURES, Profile, nccl_warn_lines
@@ -146,42 +147,40 @@ class ModelExecutor:
         crash_at = ev.crash_after_requests
         requests_done = 0
         crashed = False
-        for level in order:
+        values: dict[int, list[float]] = {c: [] for c in order}
+        for level, i in run_order(order, w.chunks, spec.interleave):
             lw = w.for_level(level)
             lev = evs[level]
             rate = max(lev.tok_per_s * lf, 1e-6)
             chunk_tokens = lw.requests_per_chunk * w.max_tokens
             chunk_s = chunk_tokens / rate
-            self.ledger.bench_full_s += chunk_s * w.chunks
-            values = []
-            for i in range(w.chunks):
-                if crash_at is not None and requests_done + lw.requests_per_chunk > crash_at:
-                    crashed = True
-                    break
-                requests_done += lw.requests_per_chunk
-                t += chunk_s
-                value = self.profile.chunk_tok_per_s(lev, chunk_tokens, self.rng, launch_factor=lf)
-                values.append(value)
-                schedule.append((t, chunk_s))
-                self._push(
-                    t,
-                    ChunkEvent(
-                        trial=n,
-                        host=host,
-                        index=i,
-                        tok_per_s=value,
-                        completed=lw.requests_per_chunk,
-                        failed=0,
-                        wall_s=chunk_s,
-                        t=t,
-                        level=level,
-                    ),
-                )
-            all_values.extend(values)
-            if crashed:
+            self.ledger.bench_full_s += chunk_s
+            if crash_at is not None and requests_done + lw.requests_per_chunk > crash_at:
+                crashed = True
                 t += chunk_s / 2
                 break
-            levels_done.append((t, level, self._level_metrics(lev, values, lw, w.chunks)))
+            requests_done += lw.requests_per_chunk
+            t += chunk_s
+            value = self.profile.chunk_tok_per_s(lev, chunk_tokens, self.rng, launch_factor=lf)
+            values[level].append(value)
+            all_values.append(value)
+            schedule.append((t, chunk_s))
+            self._push(
+                t,
+                ChunkEvent(
+                    trial=n,
+                    host=host,
+                    index=i,
+                    tok_per_s=value,
+                    completed=lw.requests_per_chunk,
+                    failed=0,
+                    wall_s=chunk_s,
+                    t=t,
+                    level=level,
+                ),
+            )
+            if i == w.chunks - 1:
+                levels_done.append((t, level, self._level_metrics(lev, values[level], lw, w.chunks)))
         self.pending_chunks[n] = schedule
         self.level_results[n] = levels_done
         self.accept[n] = ev.accept_length if ev.triple else None

@@ -45,8 +45,10 @@ class TrialSpec:
     study: str = ""
     #: Never prune this trial (the baseline: every gain is measured against it).
     protected: bool = False
-    #: The order the workload's load levels run in after the boot (empty: as listed).
+    #: The order the workload's load levels run in after the boot (empty: as listed); ``interleave``: they take
+    #: turns chunk by chunk instead of level after level.
     level_order: list[int] = field(default_factory=list)
+    interleave: bool = False
 
     def argv(self, python: list[str] | str, bind: str, port: int) -> list[str]:
         prefix = shlex.split(python) if isinstance(python, str) else list(python)
@@ -124,7 +126,7 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         def on_chunk(chunk: ChunkResult) -> bool:
             if chunk.index == 0:
                 multi = spec.workload.multi_level
-                phase("benchmarking", f"concurrency {chunk.level}" if multi else "")
+                phase("benchmarking", f"concurrency {chunk.level}" if multi and not spec.interleave else "")
             emit(
                 ChunkEvent(
                     trial=spec.number,
@@ -146,6 +148,7 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
             on_chunk=on_chunk,
             cancel=stop_event,  # type: ignore[arg-type]
             order=list(order),
+            interleave=spec.interleave,
         )
         _write_records(trial_dir / "bench.json", bench)
         result.records_path = str(trial_dir / "bench.json")

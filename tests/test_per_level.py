@@ -207,9 +207,9 @@ def test_objective_and_limits_are_validated_against_the_levels():
 
 def test_weighted_steps_pair_by_level_and_limits_judge_every_level():
     plan = Plan([1, 8, 32], Objective(aggregate="weighted", weights={1: 1, 32: 3}), {}, chunks=4)
-    assert plan.order() == [1, 8, 32]
-    assert [plan.step(1, 2), plan.step(8, 0), plan.step(32, 3)] == [2, None, 11]  # weight 0: not reported
-    assert plan.last_step() == 11
+    assert plan.order() == [1, 8, 32] and plan.interleave  # the levels take turns, chunk by chunk
+    assert [plan.step(1, 2), plan.step(8, 0), plan.step(32, 3)] == [4, None, 7]  # weight 0: not reported
+    assert plan.last_step() == 7 and [plan.level_of_step(s) for s in range(4)] == [1, 32, 1, 32]
     per = {1: {"tok_per_s": 100.0, "complete": True}, 32: {"tok_per_s": 1000.0, "complete": True}}
     assert plan.value(per) == pytest.approx((100 + 3000) / 4)
     assert plan.value({1: per[1]}) is None  # a needed level missing: no value
@@ -287,3 +287,41 @@ def test_dry_run_plans_without_starting_anything(tmp_path):
     first = [line for line in out.splitlines() if line.startswith("   ") and ". " in line]
     assert first[0].endswith("baseline  [baseline]") and "[sglang auto default]" in first[1] and len(first) == 8
     assert "nothing was started" in out and not (tmp_path / "studies").exists()
+
+
+def test_an_aggregate_study_prunes_only_what_no_level_would_choose():
+    """Objective gain over three levels: a trial is pruned only when it trails each level's best at that level."""
+    from optimizer.pruning import RatioToBestPruner
+
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("plan", {"levels": [1, 64], "chunks": 4, "objective": {"aggregate": "gain"}, "limits": {}})
+
+    def complete(values_1: list[float], values_64: list[float], number_attrs: dict) -> None:
+        inter = {}
+        for i, (a, b) in enumerate(zip(values_1, values_64)):
+            inter[2 * i], inter[2 * i + 1] = a, b
+        levels = {
+            "1": {"tok_per_s": sum(values_1) / 4, "complete": True},
+            "64": {"tok_per_s": sum(values_64) / 4, "complete": True},
+        }
+        study.add_trial(
+            optuna.trial.create_trial(
+                state=optuna.trial.TrialState.COMPLETE,
+                value=1.0,
+                intermediate_values=inter,
+                user_attrs={"levels": levels, **number_attrs},
+            )
+        )
+
+    complete([100, 101, 99, 100], [1000, 1010, 990, 1000], {"baseline": True})
+    complete([200, 202, 198, 200], [900, 905, 895, 900], {})  # best at 1, worse at 64
+    pruner = RatioToBestPruner(n_startup_trials=1, n_startup_steps=1)
+
+    def running(v1: float, v64: float) -> optuna.trial.FrozenTrial:
+        return optuna.trial.create_trial(
+            state=optuna.trial.TrialState.RUNNING, intermediate_values={0: v1, 1: v64, 2: v1, 3: v64}
+        )
+
+    assert not pruner.prune(study, running(150, 1100))  # the best at 64 so far: an answer, never pruned
+    assert not pruner.prune(study, running(210, 700))  # the best at 1
+    assert pruner.prune(study, running(120, 700))  # worse than each level's best at that level

@@ -69,10 +69,11 @@ def test_chunk_noise_defaults_without_data_and_has_a_floor() -> None:
 
 
 def test_chunk_noise_is_measured_within_each_load_level_block() -> None:
-    """Levels of very different throughput in one trial (steps 0-2 at one load, 3-5 at another) are not noise."""
+    """Levels of very different throughput in one trial (an aggregate objective: the levels take turns, even
+    steps at one load, odd steps at another) are not noise."""
     study = optuna.create_study(direction="maximize")
-    study.set_user_attr(R.PLAN, {"chunks": 3})
-    add_complete(study, 1000.0, [100.0, 101.0, 99.0, 1000.0, 1010.0, 990.0])
+    study.set_user_attr(R.PLAN, {"levels": [1, 64], "chunks": 3, "objective": {"aggregate": "gain"}})
+    add_complete(study, 1000.0, [100.0, 1000.0, 101.0, 1010.0, 99.0, 990.0])
     assert chunk_noise(study) == pytest.approx(0.01)
     mixed = optuna.create_study(direction="maximize")
     add_complete(mixed, 1000.0, [100.0, 101.0, 99.0, 1000.0, 1010.0, 990.0])

@@ -476,11 +476,26 @@ def _level_accept(tokens: tuple[float, float], server_avg: tuple[float | None, f
     return value if value is not None and value >= 1.0 else None
 
 
+def schedule(order: list[int], chunks: int, interleave: bool) -> list[tuple[int, int]]:
+    """(level, chunk index) in the order they run: level after level, or round-robin (chunk 0 of every level,
+    then chunk 1, ...) so that every level is seen early."""
+    if interleave:
+        return [(level, i) for i in range(chunks) for level in order]
+    return [(level, i) for level in order for i in range(chunks)]
+
+
 async def _run(
-    base_url: str, w: Workload, model: str | None, on_chunk, cancel, prompts: list[Prompt], order: list[int]
+    base_url: str,
+    w: Workload,
+    model: str | None,
+    on_chunk,
+    cancel,
+    prompts: list[Prompt],
+    order: list[int],
+    interleave: bool = False,
 ) -> BenchResult:
-    plans = [(level, *chunk_plan(w.for_level(level), prompts)) for level in order]
-    warmup = plans[0][1]  # one warmup after the boot, at the first level's concurrency
+    plans = {level: chunk_plan(w.for_level(level), prompts) for level in order}
+    warmup = plans[order[0]][0]  # one warmup after the boot, at the first level's concurrency
     runner = _Runner(base_url, w.for_level(order[0]), model, cancel)
     top = max(order)
     limits = httpx.Limits(max_connections=top, max_keepalive_connections=top)
@@ -490,7 +505,10 @@ async def _run(
     stopped = False
     warmup_failed = 0
     accept: float | None = None
-    levels: list[tuple[int, float | None, int]] = []
+    # per level: [tokens, verify steps] attributed from the server's lifetime average (``_level_accept``)
+    spent: dict[int, list[float]] = {level: [0.0, 0.0] for level in order}
+    spent_ok: dict[int, bool] = {level: True for level in order}
+    steps = schedule(order, w.chunks, interleave)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         runner.client = client
         dog = asyncio.create_task(runner.watchdog())
@@ -503,30 +521,29 @@ async def _run(
                 warmup_failed = sum(not r.ok for r in recs)
                 tokens = float(sum(r.completion_tokens for r in recs if r.ok))
             server_avg = await runner.accept_length() if w.multi_level and not runner.cancelled else None
-            for n_level, (level, _, plan) in enumerate(plans):
-                if runner.cancelled or stopped:
+            for n, (level, index) in enumerate(steps):
+                if runner.cancelled:
                     break
                 runner.w = w.for_level(level)
-                last_level = n_level == len(plans) - 1
-                for index, batch in enumerate(plan):
-                    if runner.cancelled:
-                        break
-                    recs, wall = await runner.run_batch(batch)
-                    if runner.cancelled:
-                        break  # a chunk cut short measures nothing
-                    res = _chunk_result(index, recs, wall, level)
-                    chunks.append(res)
-                    tokens += sum(r.completion_tokens for r in recs if r.ok)
-                    if on_chunk is not None and on_chunk(res) is False and not (last_level and index == len(plan) - 1):
-                        stopped = True
-                        break
-                if not w.multi_level:
-                    levels.append((level, None, len(plan)))
-                    continue
-                level_tokens = sum(r.completion_tokens for c in chunks if c.level == level for r in c.records if r.ok)
-                now = None if runner.cancelled else await runner.accept_length()
-                levels.append((level, _level_accept((tokens - level_tokens, tokens), (server_avg, now)), len(plan)))
-                server_avg = now
+                recs, wall = await runner.run_batch(plans[level][1][index])
+                if runner.cancelled:
+                    break  # a chunk cut short measures nothing
+                res = _chunk_result(index, recs, wall, level)
+                chunks.append(res)
+                added = float(sum(r.completion_tokens for r in recs if r.ok))
+                if w.multi_level:
+                    now = await runner.accept_length()
+                    got = _level_accept((tokens, tokens + added), (server_avg, now))
+                    if got is None or any(not r.ok for r in recs):
+                        spent_ok[level] = False
+                    else:
+                        spent[level][0] += added
+                        spent[level][1] += added / got
+                    server_avg = now
+                tokens += added
+                if on_chunk is not None and on_chunk(res) is False and n < len(steps) - 1:
+                    stopped = True
+                    break
             if not runner.cancelled:
                 accept = server_avg if w.multi_level else await runner.accept_length()
         finally:
@@ -535,8 +552,15 @@ async def _run(
                 await dog
             except asyncio.CancelledError:
                 pass
-    if not w.multi_level and levels:
-        levels = [(levels[0][0], accept, levels[0][2])]
+    levels: list[tuple[int, float | None, int]] = []
+    for level in order:
+        if not any(c.level == level for c in chunks):
+            continue
+        if not w.multi_level:
+            levels.append((level, accept, w.chunks))
+            continue
+        toks, verify = spent[level]
+        levels.append((level, toks / verify if spent_ok[level] and verify > 0 else None, w.chunks))
     return _summarise(
         chunks, accept, stopped, runner.cancelled, runner.model or "", warmup_failed, levels, w.multi_level
     )
@@ -551,10 +575,12 @@ def run_benchmark(
     cancel: threading.Event | None = None,
     prompts_base_dir: Path | None = None,
     order: list[int] | None = None,
+    interleave: bool = False,
 ) -> BenchResult:
     """Run the workload against an OpenAI-compatible server and return the measured result.
 
-    The workload's levels run one after the other on the same server, in ``order`` (default: as listed).
+    The workload's levels run on the same server in ``order`` (default: as listed), level after level, or
+    chunk round by chunk round with ``interleave``.
 
     Synchronous: runs its own event loop, so call it from a worker thread, not from inside a running loop.
     After each chunk `on_chunk(result)` is called; returning False stops the run (`stopped_early`).
@@ -565,4 +591,4 @@ def run_benchmark(
     order = list(order or workload.levels)
     if sorted(order) != sorted(workload.levels):
         raise ValueError(f"order {order} must list the workload's levels {workload.levels}")
-    return asyncio.run(_run(base_url, workload, model, on_chunk, cancel, prompts, order))
+    return asyncio.run(_run(base_url, workload, model, on_chunk, cancel, prompts, order, interleave))

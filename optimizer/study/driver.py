@@ -245,6 +245,7 @@ class Driver:
             study=self.cfg.study,
             protected=cand.is_baseline,
             level_order=self.plan.order(),
+            interleave=self.plan.interleave,
         )
 
     # ------------------------------------------------------------------ events

@@ -15,7 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 from .. import __version__
 from ..candidate import Candidate
 from ..events import TrialResult
-from ..levels import judge, plan_record
+from ..levels import baseline_levels, judge, plan_record
 from ..notes import annotate
 from ..redact import redact_log, redact_mapping, redact_text
 from ..settings import StudyConfig
@@ -60,7 +60,8 @@ class Recorder:
         self._launched(a, r)
         if r.status == "complete":
             # The objective (one level's tok/s or an aggregate) and the latency limits, from the per-level figures.
-            judged = judge(r.metrics or {}, self.plan)
+            base = baseline_levels(self.study) if self.plan.objective.aggregate == "gain" else None
+            judged = judge(r.metrics or {}, self.plan, base, is_baseline=a.spec.protected)
             for k, v in judged.flat.items():
                 a.trial.set_user_attr(k, v)
             value = float(judged.value if judged.value is not None else r.metrics.get(R.TOK_PER_S) or 0.0)
