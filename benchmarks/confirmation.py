@@ -73,7 +73,7 @@ def one(
     )
     study = optuna.create_study(
         direction="maximize",
-        sampler=make_sampler(cfg),
+        sampler=make_sampler(cfg, space),
         pruner=make_pruner(cfg.pruner.name, min_gap=cfg.pruner.min_gap, launch_noise=noise if knows_noise else 0.0),
     )
     ex = ModelExecutor(PROFILE, ["h0"], cfg.workload, seed=seed + 1000, launch_noise=noise)
