@@ -43,6 +43,7 @@ def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
         "server.boot_timeout_s": a.boot_timeout,
         "confirm.rounds": a.confirm_rounds,
         "confirm.top": a.confirm_top,
+        "confirm.baseline_relaunches": a.baseline_relaunches,
     }
     if a.server_command:
         o["server.command"] = shlex.split(a.server_command)
@@ -151,6 +152,12 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         "for 'confirm': default 3)",
     )
     p.add_argument("--confirm-top", type=int, help="how many of the best configurations to confirm (default 2)")
+    p.add_argument(
+        "--baseline-relaunches",
+        type=int,
+        help="relaunch the baseline this many times once it completed, to measure the noise between launches for "
+        "the pruner (default 0)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -90,6 +90,9 @@ class ConfirmConfig(_Strict):
 
     rounds: int = Field(default=0, ge=0, le=100)
     top: int = Field(default=2, ge=1, le=20)
+    #: Relaunch the baseline this many times right after it completes, so the pruner knows the noise between
+    #: launches from early on (each is one more restart, not in budget.trials; 0: only a confirmation measures it).
+    baseline_relaunches: int = Field(default=0, ge=0, le=20)
 
 
 class StudyConfig(_Strict):

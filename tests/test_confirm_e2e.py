@@ -141,3 +141,25 @@ def test_no_significant_gain_over_the_baseline(tmp_path, capsys):
     assert "ALARM trial 1 low_accept" in out  # and the final summary says why
     s = summary(tmp_path)
     assert any("no significant gain over the baseline" in line for line in s["confirmation"]["verdict"])
+
+
+def test_baseline_relaunches_measure_the_launch_noise_for_the_pruner(tmp_path, capsys):
+    # each boot runs at its own speed (sigma 10 %): two relaunches of the baseline right after it completed
+    path = study_file(tmp_path, [EAGLE3_S3], noise=0.10, top=1)
+    args = ["--config", str(path), "--executor", "thread", "--plain", "--confirm-rounds", "0"]
+    assert cli.main(["optimize", *args, "--baseline-relaunches", "2"]) == 0
+    out = capsys.readouterr().out
+    study = load(tmp_path)
+    # not trials: the study's launches are the budget's 2, the relaunches are counted apart
+    assert sum(1 for t in study.trials if t.user_attrs.get("launched")) == 2
+    runs = [v for k, v in study.user_attrs.items() if k.startswith("relaunch:run:")]
+    assert len(runs) == 2 and all(r["status"] == "complete" and r["tok_per_s"] > 0 for r in runs)
+    noise = study.user_attrs["launch_noise"]
+    assert noise["source"] == "baseline relaunches" and noise["df"] == 2 and noise["sigma"] > 0
+    assert "baseline relaunch 2/2 [local]" in out and "over 3 launches of the baseline" in out
+    # they ran right after the baseline, before the sampler's first configuration
+    assert out.index("baseline relaunch 1/2") < out.index("trial 1: starting")
+    assert len(list((tmp_path / "studies" / "confirm" / "relaunch").iterdir())) == 2
+    # a resumed study does not relaunch again
+    assert cli.main(["optimize", *args, "--baseline-relaunches", "2", "--trials", "2"]) == 0
+    assert "baseline relaunch" not in capsys.readouterr().out

@@ -30,6 +30,7 @@ from ..space import SearchSpace
 from ..trial import TrialSpec
 from . import records as R
 from .recording import Recorder, stamp
+from .relaunch import BaselineRelaunches
 from .resume import WarmStart, reap_orphans, requeue_interrupted
 from .scheduling import Active, HostPool
 from .storage import load_or_create
@@ -66,6 +67,7 @@ class Driver:
         self.boot_times: list[float] = []
         self.bench_times: list[float] = []
         self.plan = cfg.plan()  # load levels: their order per boot, which chunks are reported, the objective
+        self.relaunch = BaselineRelaunches(self.study, cfg.confirm.baseline_relaunches, self._spec, space)
 
     # Host state, as the live display and the tests read it.
     @property
@@ -138,7 +140,7 @@ class Driver:
         while True:
             if not self.stopping:
                 self._fill_hosts()
-            if not self.active and not self.pending:
+            if not self.active and not self.pending and not self.relaunch.running:
                 break
             if self.stopping and not self.active:  # stopping: trials waiting for a host will not get one
                 self.force_stop("the study stopped before this trial got a host; re-queued")
@@ -158,6 +160,12 @@ class Driver:
 
     def _fill_hosts(self) -> None:
         while self.pool.free():
+            if self.relaunch.due():  # the noise between launches, measured early for the pruner
+                host = self.pool.free()[0]
+                spec = self.relaunch.spec(host)
+                self.pool.busy[host] = spec.number
+                self.executor.submit(host, spec)
+                continue
             if self.pending:
                 a = self.pool.take_pending()
                 if a is None:
@@ -250,6 +258,11 @@ class Driver:
 
     # ------------------------------------------------------------------ events
     def _handle(self, ev: Any) -> None:
+        if self.relaunch.owns(ev.trial):  # not a trial: recorded apart, not shown as one
+            if isinstance(ev, TrialResult):
+                self.pool.release(ev.host, ev.trial)
+                self.note(self.relaunch.finish(ev))
+            return
         if isinstance(ev, PhaseEvent):
             self.host_phase[ev.host] = (ev.phase, ev.trial, ev.t)
         elif isinstance(ev, ChunkEvent):
