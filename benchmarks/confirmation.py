@@ -8,7 +8,8 @@ against the simulator's ground truth:
 - unconfirmed winner: the study's best single launch; confirmed winner: the confirmation's verdict;
 - within 2 %: the winner's true tok/s is at least 98 % of the true optimum of the space;
 - optimum pruned: a launch of the true optimum was pruned during the study, with a pruner that knows only the
-  noise within a launch (as before any relaunch) and with one that knows the launch noise (as after one);
+  noise within a launch (as before any relaunch), one that learns the launch noise from 2 relaunches of the
+  baseline (``confirm.baseline_relaunches``; those 2 restarts are counted with the study's), and one told it;
 - cost: confirmation launches and their share of the study's launches.
 
 ``python -m benchmarks.confirmation --seeds 20`` (about 2 minutes on 2 cores); ``benchmarks/run.py`` runs it as
@@ -43,6 +44,9 @@ SPACE = ROOT / "search_spaces" / "demo.yaml"
 NOISES = (0.03, 0.20)
 WORKLOAD = dict(concurrency=1, max_tokens=256, warmup_requests=2, chunks=8, requests_per_chunk=4)
 WITHIN = 0.98
+#: What the pruner knows of the noise between launches: nothing, what 2 baseline relaunches measured, the truth.
+MODES = ("unknown", "relaunches", "known")
+MODE_TEXT = {"unknown": "unknown (0)", "relaunches": "from 2 baseline relaunches", "known": "known"}
 
 
 def truth(space: Any) -> dict[str, float]:
@@ -59,7 +63,7 @@ def truth(space: Any) -> dict[str, float]:
 
 
 def one(
-    seed: int, noise: float, *, trials: int, rounds: int, top: int, space: Any, values: dict, knows_noise: bool
+    seed: int, noise: float, *, trials: int, rounds: int, top: int, space: Any, values: dict, pruner_noise: str
 ) -> dict:
     cfg = parse_study(
         {
@@ -67,14 +71,20 @@ def one(
             "budget": {"trials": trials},
             "workload": WORKLOAD,
             "sampler": {"seed": seed},
-            "confirm": {"rounds": rounds, "top": top},
+            "confirm": {
+                "rounds": rounds,
+                "top": top,
+                "baseline_relaunches": 2 if pruner_noise == "relaunches" else 0,
+            },
         },
         "<bench>",
     )
     study = optuna.create_study(
         direction="maximize",
         sampler=make_sampler(cfg, space),
-        pruner=make_pruner(cfg.pruner.name, min_gap=cfg.pruner.min_gap, launch_noise=noise if knows_noise else 0.0),
+        pruner=make_pruner(
+            cfg.pruner.name, min_gap=cfg.pruner.min_gap, launch_noise=noise if pruner_noise == "known" else 0.0
+        ),
     )
     ex = ModelExecutor(PROFILE, ["h0"], cfg.workload, seed=seed + 1000, launch_noise=noise)
     hosts = [local_host("h0")]
@@ -100,7 +110,7 @@ def one(
     return {
         "seed": seed,
         "noise": noise,
-        "pruner_knows_noise": knows_noise,
+        "pruner_noise": pruner_noise,
         "prune_saving": 1.0 - ex.ledger.bench_s / ex.ledger.bench_full_s if ex.ledger.bench_full_s else 0.0,
         "unconfirmed_true": true_of(unconfirmed.number if unconfirmed else None) / opt,
         "confirmed_true": true_of(confirmed) / opt if confirmed is not None else 0.0,
@@ -117,13 +127,13 @@ def one(
 
 def summarise(rows: list[dict]) -> list[dict]:
     out = []
-    for noise, knows in sorted({(r["noise"], r["pruner_knows_noise"]) for r in rows}):
-        rs = [r for r in rows if r["noise"] == noise and r["pruner_knows_noise"] == knows]
+    for noise, mode in sorted({(r["noise"], r["pruner_noise"]) for r in rows}, key=lambda x: (x[0], MODES.index(x[1]))):
+        rs = [r for r in rows if r["noise"] == noise and r["pruner_noise"] == mode]
         est = [r["noise_estimate"] for r in rs if r["noise_estimate"] is not None]
         out.append(
             {
                 "launch_noise": noise,
-                "pruner_knows_noise": knows,
+                "pruner_noise": mode,
                 "prune_saving_mean": statistics.fmean(r["prune_saving"] for r in rs),
                 "seeds": len(rs),
                 "unconfirmed_within_2pct": sum(r["unconfirmed_true"] >= WITHIN for r in rs),
@@ -150,9 +160,9 @@ def run(seeds: int = 20, trials: int = 14, rounds: int = 3, top: int = 2, noises
     values = truth(space)
     t0 = time.time()
     rows = [
-        one(s, n, trials=trials, rounds=rounds, top=top, space=space, values=values, knows_noise=k)
+        one(s, n, trials=trials, rounds=rounds, top=top, space=space, values=values, pruner_noise=k)
         for n in noises
-        for k in (False, True)
+        for k in MODES
         for s in range(seeds)
     ]
     return {
@@ -180,7 +190,7 @@ def table(res: dict) -> str:
     for s in res["summary"]:
         est = s["noise_estimate_median"]
         lines.append(
-            f"| {s['launch_noise']:.0%} | {'known' if s['pruner_knows_noise'] else 'unknown (0)'} | "
+            f"| {s['launch_noise']:.0%} | {MODE_TEXT[s['pruner_noise']]} | "
             f"{s['unconfirmed_within_2pct']}/{s['seeds']} / "
             f"{s['confirmed_within_2pct']}/{s['seeds']} ({s['an_arm_within_2pct']}) | {s['unconfirmed_true_median']:.1%} / "
             f"{s['confirmed_true_median']:.1%} | {s['optimum_pruned']}/{s['seeds']} | {s['prune_saving_mean']:.0%} | "
