@@ -246,6 +246,12 @@ class Confirmer:
             )
         for line in verdict.lines:
             self.say(line)
+        try:
+            from .notes import save_study_note
+
+            save_study_note(self.study)  # the dashboard's study note shows the verdict
+        except Exception as exc:  # noqa: BLE001 - a note is a convenience, never a failure
+            self.say(f"study note not written: {exc}")
         return verdict
 
     def _spec(self, it: Item, plan: dict[str, Any], cand: Any) -> TrialSpec:

@@ -281,6 +281,13 @@ def study_note_markdown(study: optuna.Study) -> str:
         lines += ["No feasible trial yet.", ""]
     if base:
         lines += [f"**Baseline** (no speculation): {float(base):.1f} tok/s", ""]
+    confirmation = study.user_attrs.get(R.CONFIRM_RESULT)
+    if isinstance(confirmation, Mapping) and confirmation.get("verdict"):
+        lines += [f"### Confirmation ({confirmation.get('launches', '?')} relaunches, interleaved)", ""]
+        lines += [f"- {line}" for line in confirmation["verdict"]] + [""]
+    noise = study.user_attrs.get(R.LAUNCH_NOISE)
+    if isinstance(noise, Mapping) and isinstance(noise.get("sigma"), (int, float)) and not confirmation:
+        lines += [f"Launch-to-launch noise {noise['sigma']:.1%} (from {noise.get('source', '?')})", ""]
     lines += ["Trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), ""]
     workload = study.user_attrs.get(R.WORKLOAD)
     if isinstance(workload, Mapping):
@@ -404,7 +411,7 @@ def annotate(study: optuna.Study, frozen: FrozenTrial, cfg: Any) -> None:
     body = note_markdown(
         frozen, baseline_tok_per_s=base, artifacts=artifacts, study_id=study._study_id, alarms=alarms_of(study, frozen)
     )
-    from .levels_view import note_lines, study_note_lines
+    from .levels_view import note_lines
 
     per_level = note_lines(study, frozen)  # a study over several load levels: figures and limits per level
     if per_level:
@@ -413,4 +420,13 @@ def annotate(study: optuna.Study, frozen: FrozenTrial, cfg: Any) -> None:
     # sampler's before_trial hook for a trial that is already over.
     optuna_dashboard.save_note(SimpleNamespace(storage=study._storage, study=study, _trial_id=frozen._trial_id), body)
     if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
-        optuna_dashboard.save_note(study, study_note_markdown(study) + study_note_lines(study))
+        save_study_note(study)
+
+
+def save_study_note(study: optuna.Study) -> None:
+    """The study's note in optuna-dashboard (after every trial, and after a confirmation)."""
+    import optuna_dashboard
+
+    from .levels_view import study_note_lines
+
+    optuna_dashboard.save_note(study, study_note_markdown(study) + study_note_lines(study))

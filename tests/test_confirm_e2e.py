@@ -105,6 +105,15 @@ def test_significant_gain_through_the_confirm_command(tmp_path, capsys):
     assert "confirmation: 6 launches (3 rounds of baseline, trial 1), outside the study's launch budget" in out
     best = (tmp_path / "studies" / "confirm" / "best.yaml").read_text()
     assert "confirmed over 3 launches" in best and "speculative-num-steps: 3" in best
+    # the report and the dashboard's study note show the verdict, the launch noise and the host
+    from optimizer.report import write_report
+
+    html = write_report(study, tmp_path / "report.html").read_text()
+    assert "Confirmation (3 interleaved rounds" in html and "confirmed best" in html
+    assert "between launches" in html and "Measured on" in html
+    import optuna_dashboard
+
+    assert "gain over the baseline +" in optuna_dashboard.get_note(study)
 
     # a second `confirm` finds every run stored and launches nothing
     assert cli.main(["confirm", *args, "--confirm-rounds", "3"]) == 0
