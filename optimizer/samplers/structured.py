@@ -32,6 +32,9 @@ TREE_CHUNK = 128
 #: improvements beyond this factor count as this factor: a far extrapolation's wide tails must not outbid a
 #: well-understood candidate (no configuration of a sane space is 1.5x the best measured after a few launches)
 MAX_GAIN = 0.5
+#: expected gain is discounted by exp(-LOCALITY x distance) to the nearest launch that served (distance: steps,
+#: log2 topk and log2 draft tokens apart, plus settings that differ), so early launches stay near what is known
+LOCALITY = 0.15
 #: below this expected gain (fraction of the best tok/s) the model is confident nothing better is left
 CONFIDENT_GAIN = 0.002
 PREDICTED = "search:predicted_tok_per_s"
@@ -48,12 +51,14 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         gpu_sm: int = 90,
         seed: int | None = None,
         n_draws: int = N_DRAWS,
+        locality: float = LOCALITY,
     ) -> None:
         self._space = space
         self._concurrency = concurrency
         self._gpu_sm = gpu_sm
         self._rng = np.random.default_rng(seed)
         self._n_draws = n_draws
+        self._locality = locality
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         self._distributions = _distributions(space)
         tp = space.model.fixed.get("tp-size") or space.model.fixed.get("tensor-parallel-size") or 1
@@ -94,6 +99,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self, table: CandidateTable, trials: list[FrozenTrial], exclude: int = -1
     ) -> tuple[tuple[int, int], dict[str, float]] | None:
         obs, failures, served, taken, pending, best, fatal = _collect(table, trials, exclude)
+        served = [loc for loc in served if table.spec[loc[0]]] or served
         model = ThroughputModel(table, self._concurrency, self._tp).fit(obs)
         if pending:  # believer: count running launches at the model's prediction, then refit
             fantasies = [
@@ -114,17 +120,18 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             return None
         if best is None:  # nothing measured yet: the model's prior alone
             best = max(math.exp(model.mean_log_tps(i, j)) for i, j in zip(*np.nonzero(allowed)[:2]))
-        tree, (settings, settings_spec) = model.draw(self._n_draws, self._rng)
+        near = _proximity(table, served + [loc for loc in pending], self._locality)
+        tree, settings, settings_spec = model.draw(self._n_draws, self._rng)
+        spec = table.spec.astype(float)
         log_best = math.log(best)
         score = np.full(allowed.shape, -1.0)
         ei_all = np.zeros(allowed.shape)
-        spec = table.spec.astype(float)
         for a in range(0, len(tree), TREE_CHUNK):
             b = min(len(tree), a + TREE_CHUNK)
             y = tree[a:b, None, :] - settings[None, :, :] - spec[a:b, None, None] * settings_spec[None, :, :]
             ei = np.clip(np.exp(y - log_best) - 1.0, 0.0, MAX_GAIN).mean(axis=-1)
             ei_all[a:b] = ei
-            score[a:b] = np.where(allowed[a:b], ei * p_ok[a:b], -1.0)
+            score[a:b] = np.where(allowed[a:b], ei * p_ok[a:b] * near[a:b], -1.0)
         top = float(score.max())
         if top <= 1e-12:  # confident: nothing is expected to beat the best; take the best predicted mean
             mean = tree[:, None, 0] - settings[None, :, 0] - spec[:, None] * settings_spec[None, :, 0]
@@ -140,6 +147,22 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             P_FEASIBLE: round(float(p_ok[i, j]), 3),
         }
         return (i, j), info
+
+
+def _proximity(table: CandidateTable, seen: list[tuple[int, int]], locality: float) -> np.ndarray:
+    """exp(-locality * distance to the nearest configuration that served): a step away from what is known costs
+    a little expected gain, so a far jump needs a model that expects much more there."""
+    if not seen or locality <= 0:
+        return np.ones(table.valid.shape)
+    steps, topk, draft = table.trees.T
+    feats = np.stack([steps, np.log2(np.maximum(topk, 1)), np.log2(np.maximum(draft, 1))], axis=1)
+    settings = np.array(table.other_values, dtype=object).reshape(len(table.other_values), -1)
+    d = np.full(table.valid.shape, np.inf)
+    for i, j in seen:
+        dt = np.abs(feats - feats[i]).sum(axis=1)
+        ds = (settings != settings[j]).sum(axis=1).astype(float)
+        d = np.minimum(d, dt[:, None] + ds[None, :])
+    return np.exp(-locality * d)
 
 
 def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
