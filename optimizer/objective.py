@@ -7,7 +7,7 @@
     objective: weighted                             # the mean tok/s over the levels, equal weights
     objective: {aggregate: weighted, weights: {1: 2, 32: 1}}
     objective: gain                                 # the mean of tok/s / the baseline's tok/s, level by level
-    objective: {level: 32, pareto: true}            # two objectives at level 32: tok/s up, p99 ITL down
+    objective: {level: 32, pareto: true}            # the trade-off at 32: tok/s against p99 ITL (Pareto front)
     limits: {itl_p99_ms: 30}                        # at every level
     limits: {32: {ttft_p99_ms: 2000, itl_p99_ms: 40}, 1: {itl_p99_ms: 8}}   # per level
 
@@ -49,7 +49,9 @@ class Objective(_Strict):
     aggregate: Literal["weighted", "gain"] | None = None
     #: level -> weight for an aggregate (default: equal)
     weights: dict[int, float] | None = None
-    #: a two-objective study: tok/s (maximised) against p99 ITL (minimised) at ``level``; no pruning
+    #: the trade-off at ``level``: tok/s (higher) against p99 ITL (lower). Every trial is measured in full (no
+    #: pruning: a slower but steadier configuration may sit on the front) and the Pareto front is exported and
+    #: plotted. The sampler still maximises tok/s: the front is read from what was measured.
     pareto: bool = False
 
     @model_validator(mode="before")
@@ -148,7 +150,7 @@ class Plan:
         of every weighted level, step = index * levels + the level's place, the order they run in.
         """
         if self.pareto:
-            return None  # Optuna cannot prune a multi-objective study
+            return None  # nothing is pruned: the front needs every configuration measured in full
         if self.level is not None:
             return index if level == self.level else None
         active = self._active()

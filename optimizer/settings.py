@@ -170,7 +170,7 @@ def _check_levels(cfg: StudyConfig, source: str) -> StudyConfig:
         if c != "all" and c not in levels:
             raise ConfigError(f"{c} is not a measured level; {allowed} (or use all)", file=source, key=f"limits.{c}")
     if o.pareto and cfg.pruner.name != "none":
-        cfg.pruner.name = "none"  # Optuna cannot prune a multi-objective study; say so rather than fail later
+        cfg.pruner.name = "none"  # a trade-off study measures every configuration in full (objective.pareto)
     return cfg
 
 
