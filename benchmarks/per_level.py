@@ -36,10 +36,10 @@ BUDGET = 40
 WORKLOAD = dict(max_tokens=256, warmup_requests=2, chunks=8, requests_per_chunk=4)
 
 
-def _study(cfg: Any) -> optuna.Study:
+def _study(cfg: Any, space: SearchSpace) -> optuna.Study:
     return optuna.create_study(
         direction="maximize",
-        sampler=make_sampler(cfg),
+        sampler=make_sampler(cfg, space),
         pruner=make_pruner(
             cfg.pruner.name,
             n_startup_steps=cfg.pruner.n_startup_steps,
@@ -63,10 +63,37 @@ def _run(
     if len(levels) > 1:
         data["objective"] = objective or "gain"
     cfg = parse_study(data, "<bench>")
-    study = _study(cfg)
+    study = _study(cfg, space)
     ex = ModelExecutor(PROFILE, ["h0"], cfg.workload, seed=seed + 1000)
     Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
     return study, ex
+
+
+def _true(tr: dict[str, Any], t: optuna.trial.FrozenTrial) -> float:
+    """The model's true tok/s of a trial's configuration (benchmarks.strategies.truth's table)."""
+    params = t.user_attrs.get(R.BASELINE_PARAMS) if t.user_attrs.get(R.BASELINE) else t.params
+    loc = tr["table"].locate(dict(t.user_attrs.get(R.FLAGS) or {}), dict(params or {}))
+    return float(tr["values"][loc]) if loc is not None else 0.0
+
+
+def _answers(study: optuna.Study, truths: dict[int, dict[str, Any]]) -> dict[str, float]:
+    """At the end of a per-level study: each level's answer as a fraction of that level's true optimum."""
+    out = {}
+    for c, tr in truths.items():
+        best = None
+        for t in study.get_trials(deepcopy=False):
+            if t.user_attrs.get(R.OUTCOME) not in (R.COMPLETE, R.PRUNED):
+                continue
+            m = trial_levels(t).get(c)
+            if (
+                m
+                and m.get("complete")
+                and m.get("tok_per_s") is not None
+                and (best is None or m["tok_per_s"] > best[0])
+            ):
+                best = (m["tok_per_s"], t)
+        out[str(c)] = round(_true(tr, best[1]) / tr["optimum"], 4) if best else 0.0
+    return out
 
 
 def _restarts(
@@ -80,7 +107,6 @@ def _restarts(
         t = trials.get(number)
         if t is None or status not in ("complete", "pruned"):
             continue
-        key = t.user_attrs.get(R.CANDIDATE_KEY)
         if single:
             (c,) = truths
             per = {c: {"tok_per_s": t.value, "complete": True}} if status == "complete" else {}
@@ -91,7 +117,7 @@ def _restarts(
             if not m or not m.get("complete") or m.get("tok_per_s") is None:
                 continue
             if c not in best or m["tok_per_s"] > best[c][0]:
-                best[c] = (m["tok_per_s"], tr["values"].get(key, 0.0))
+                best[c] = (m["tok_per_s"], _true(tr, t))
         if all(c in best and best[c][1] >= TARGET * tr["optimum"] for c, tr in truths.items()):
             return i
     return None
@@ -128,9 +154,18 @@ def compare(seeds: int = 5, budget: int = BUDGET, log=print) -> dict[str, Any]:
         runs = []
         for seed in range(seeds):
             study, ex = _run(LEVELS, seed, space, budget, objective={"level": c})
-            runs.append({"restarts": _restarts(study, ex, {c: truths[c]}, multi=True), "bench_s": ex.ledger.bench_s})
+            runs.append(
+                {
+                    "restarts": _restarts(study, ex, {c: truths[c]}, multi=True),
+                    "bench_s": ex.ledger.bench_s,
+                    "answers": _answers(study, truths),
+                }
+            )
         out["objective_level"][str(c)] = runs
-        log(f"  per-level study with objective level {c}: restarts to 98 % there {[r['restarts'] for r in runs]}")
+        log(
+            f"  per-level study with objective level {c}: restarts to 98 % there {[r['restarts'] for r in runs]}; "
+            f"every level's answer after {budget} launches, fraction of its optimum: {[r['answers'] for r in runs]}"
+        )
     log(f"  per-level study over {LEVELS}: restarts until every level is at 98 % {[r['restarts'] for r in multi]}")
     log(f"  per-level study, each level on its own: {[r['per_level'] for r in multi]}")
 
@@ -156,6 +191,12 @@ def compare(seeds: int = 5, budget: int = BUDGET, log=print) -> dict[str, Any]:
     s = out["summary"]
     s["ratio_to_hardest_single"] = s["multi_median"] / s["single_max_of_levels"]
     s["objective_level_median"] = {str(c): med(out["objective_level"][str(c)]) for c in LEVELS}
+    s["objective_level_answers_median"] = {
+        str(c): {
+            str(x): statistics.median(r["answers"][str(x)] for r in out["objective_level"][str(c)]) for x in LEVELS
+        }
+        for c in LEVELS
+    }
     s["objective_level_ratio"] = {
         str(c): s["objective_level_median"][str(c)] / single_meds[c] for c in LEVELS if single_meds[c]
     }

@@ -21,7 +21,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
-SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation")
+SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level")
 
 
 def log(msg: str) -> None:
@@ -38,6 +38,13 @@ def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
         compare_family("held-out", HELD_OUT, log=log),
     ]
     return out
+
+
+def section_per_level(args: argparse.Namespace) -> dict[str, Any]:
+    """Per-level answers (several load levels measured after each boot) against single-level studies."""
+    from benchmarks.per_level import compare
+
+    return compare(seeds=min(args.seeds, args.per_level_seeds), log=log)
 
 
 def section_loop(work: Path) -> dict[str, Any]:
@@ -206,6 +213,24 @@ def print_table(results: dict[str, Any]) -> None:
                 f"{'':28s} budget {fam['budget']} launches; in {fam['baseline_within_target']} landscapes no "
                 f"speculation is already within 2 % of the optimum"
             )
+    pl = results.get("per_level")
+    if pl:
+        s2 = pl["summary"]
+        log(
+            f"\nPer-level answers ({pl['profile']}, levels {pl['levels']}, median restarts to 98 % over "
+            f"{pl['seeds']} seeds, budget {pl['budget']})"
+        )
+        for c in pl["levels"]:
+            ans = s2.get("objective_level_answers_median", {}).get(str(c), {})
+            log(
+                f"  objective level {c:>3}: per-level study {s2['objective_level_median'][str(c)]:5.1f}   "
+                f"single-level study {s2['single_median'][str(c)]:5.1f}   answers at the end: "
+                + ", ".join(f"c{x} {v:.1%}" for x, v in ans.items())
+            )
+        log(
+            f"  every level at 98 % (objective gain): per-level study {s2['multi_median']:.1f}; single-level studies "
+            f"{s2['single_sum_of_levels']:.1f} in all (hardest one {s2['single_max_of_levels']:.1f})"
+        )
     h = results.get("hosts", {}).get("model_clock")
     if h:
         for prof, v in h.items():
@@ -225,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--e2e-seeds", type=int, default=2)
     ap.add_argument("--host-seeds", type=int, default=10)
     ap.add_argument("--e2e-trials", type=int, default=10)
+    ap.add_argument("--per-level-seeds", type=int, default=5)
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -271,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = section_accuracy(args)
             elif name == "e2e":
                 results[name] = section_e2e(work, args)
+            elif name == "per_level":
+                results[name] = section_per_level(args)
             elif name == "confirmation":
                 results[name] = section_confirmation(args)
             results.setdefault("section_seconds", {})[name] = round(time.time() - t0, 1)

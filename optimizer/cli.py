@@ -23,6 +23,13 @@ def _levels(text: str | None) -> int | list[int] | None:
     return levels[0] if len(levels) == 1 else levels
 
 
+def _objective(text: str | None) -> Any:
+    """``--objective 32`` (one level), ``weighted`` or ``gain`` (aggregates over the levels)."""
+    if text is None:
+        return None
+    return int(text) if text.strip().isdigit() else text.strip()
+
+
 def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
     o: dict[str, Any] = {
         "study": a.study,
@@ -36,6 +43,7 @@ def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
         "sampler.seed": a.seed,
         "pruner.name": a.pruner,
         "workload.concurrency": _levels(a.concurrency),
+        "objective": _objective(a.objective),
         "workload.max_tokens": a.max_tokens,
         "workload.chunks": a.chunks,
         "workload.requests_per_chunk": a.requests_per_chunk,
@@ -132,6 +140,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-scale", type=float, help="simulator boot-time scale")
     p.add_argument("--step-scale", type=float, help="simulator decode-step-time scale")
     p.add_argument("--concurrency", help="one load level (8) or several measured after each boot (1,8,32,64)")
+    p.add_argument(
+        "--objective",
+        help="with several levels: the level to maximise (32), 'weighted' (mean tok/s) or 'gain' (mean gain over "
+        "the baseline, level by level); default: the last level",
+    )
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--chunks", type=int)
     p.add_argument("--requests-per-chunk", type=int)
