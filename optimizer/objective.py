@@ -44,8 +44,9 @@ class Limit(_Strict):
 class Objective(_Strict):
     level: int | None = Field(default=None, ge=1)
     #: ``weighted``: sum(w * tok/s) / sum(w), dominated by the busiest level unless the weights say otherwise;
-    #: ``gain``: sum(w * tok/s / baseline tok/s at that level) / sum(w), so every level counts alike whatever its
-    #: scale (needs the baseline, measured first; until then and without one it is the weighted tok/s)
+    #: ``gain``: the mean gain over the baseline, sum(w * tok/s / baseline tok/s) / sum(w), so every level counts
+    #: alike whatever its scale; stated in tok/s at the baseline's scale (times the baseline's weighted tok/s).
+    #: Needs the baseline, measured first; until then and without one it is the weighted tok/s.
     aggregate: Literal["weighted", "gain"] | None = None
     #: level -> weight for an aggregate (default: equal)
     weights: dict[int, float] | None = None
@@ -113,7 +114,7 @@ class Plan:
     def describe(self) -> str:
         if self.weights:
             parts = ", ".join(f"c{c} x{w:g}" for c, w in self.weights.items() if w > 0)
-            what = "mean gain over the baseline" if self.objective.aggregate == "gain" else "weighted tok/s"
+            what = "mean gain over the baseline, in tok/s" if self.objective.aggregate == "gain" else "weighted tok/s"
             return f"{what} ({parts})"
         text = f"tok/s at concurrency {self.level}"
         return text + " against p99 ITL (Pareto)" if self.pareto else text
@@ -190,6 +191,11 @@ class Plan:
                 if not m or not m.get("complete", True) or m.get("tok_per_s") is None:
                     return None
                 acc += w * float(m["tok_per_s"]) / (float(baseline[c]) if relative else 1.0)  # type: ignore[index]
+            if relative:
+                # The mean gain, in tok/s at the baseline's scale (its weighted tok/s times the mean gain), so the
+                # value keeps its unit: the baseline scores its own weighted tok/s, +10 % on every level 1.1 x it.
+                scale = sum(w * float(baseline[c]) for c, w in self.weights.items() if w > 0) / total  # type: ignore[index]
+                return scale * acc / total
             return acc / total
         m = per_level.get(self.level)  # type: ignore[arg-type]
         if not m or not m.get("complete", True) or m.get("tok_per_s") is None:

@@ -78,7 +78,8 @@ class Progress:
         if isinstance(ev, PhaseEvent) and ev.phase in ("starting", "warming_up", "benchmarking"):
             self.print(f"[{ev.host}] trial {ev.trial}: {ev.phase} {ev.detail}".rstrip())
         elif isinstance(ev, ChunkEvent):
-            self.print(f"[{ev.host}] trial {ev.trial}: chunk {ev.index} {ev.tok_per_s:.1f} tok/s")
+            at = f" at concurrency {ev.level}" if driver.cfg.workload.multi_level else ""
+            self.print(f"[{ev.host}] trial {ev.trial}: chunk {ev.index}{at} {ev.tok_per_s:.1f} tok/s")
 
     def finished(self, driver: Driver, frozen: FrozenTrial) -> None:
         ua = frozen.user_attrs

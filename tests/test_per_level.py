@@ -333,3 +333,13 @@ def test_an_aggregate_study_prunes_only_what_no_level_would_choose():
     assert not pruner.prune(study, running(150, 1100))  # the best at 64 so far: an answer, never pruned
     assert not pruner.prune(study, running(210, 700))  # the best at 1
     assert pruner.prune(study, running(120, 700))  # worse than each level's best at that level
+
+
+def test_the_gain_aggregate_counts_every_level_alike_in_tok_per_s_at_the_baseline_scale():
+    plan = Plan([1, 64], Objective(aggregate="gain"), {}, chunks=2)
+    base = {1: 100.0, 64: 1000.0}
+    per = {1: {"tok_per_s": 120.0, "complete": True}, 64: {"tok_per_s": 900.0, "complete": True}}
+    assert plan.value(per, base) == pytest.approx(550.0 * (1.2 + 0.9) / 2)  # +20 % and -10 %: +5 % of 550
+    baseline_itself = {c: {"tok_per_s": v, "complete": True} for c, v in base.items()}
+    assert plan.value(baseline_itself, base) == pytest.approx(550.0)
+    assert plan.describe().startswith("mean gain over the baseline")
