@@ -12,6 +12,7 @@ import pytest
 import yaml
 from conftest import sim_command
 
+from optimizer.dryrun import dry_run
 from optimizer.errors import ConfigError
 from optimizer.executors import RayExecutor
 from optimizer.export import export_study
@@ -153,6 +154,16 @@ def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_p
     assert front[0]["trial"] == top.number and front[-1]["itl_ms_p99"] < front[0]["itl_ms_p99"]
     assert all(a["tok_per_s"] > b["tok_per_s"] and a["itl_ms_p99"] > b["itl_ms_p99"] for a, b in zip(front, front[1:]))
 
+    # A dry run of the same study reads the boot and benchmark times it measured so far.
+    d = dry_run(
+        parse_study({"study": "levels", "workload": {"concurrency": [1, 8, 64]}, "budget": {"trials": 9}}, "t"),
+        parse_space(SPACE, "levels.yaml"),
+        hosts=1,
+        existing=study,
+    )
+    assert d.launches == 4 and d.boot_s > 0 and d.bench_s > 0 and d.wall_s > 0
+    assert d.times_from == "median of the launches measured so far" and d.candidates == 8  # baseline among them
+
     # The same answers for people: the report's section, the trial's note, the final terminal summary.
     page = write_report(study, tmp_path / "report.html").read_text()
     assert "Answers per load level" in page and "c8: itl p99 &lt;= 65 ms" in page
@@ -211,6 +222,15 @@ def test_objective_and_limits_are_validated_against_the_levels():
         assert "study.yaml" in str(e.value) and key in str(e.value), str(e.value)
     # a single int stays valid and means one level
     assert Workload(concurrency=8).levels == [8] and not Workload(concurrency=8).multi_level
+
+
+def test_a_trade_off_study_measures_everything_in_full():
+    cfg = parse_study({"workload": {"concurrency": [1, 8]}, "objective": {"level": 1, "pareto": True}})
+    plan = cfg.plan()
+    assert cfg.pruner.name == "none" and plan.pareto and plan.step(1, 0) is None
+    assert plan.describe() == "tok/s at concurrency 1 against p99 ITL (Pareto)"
+    with pytest.raises(ConfigError, match="pareto compares tok/s and p99 ITL at one level"):
+        parse_study({"workload": {"concurrency": [1, 8]}, "objective": {"aggregate": "gain", "pareto": True}}, "s")
 
 
 def test_weighted_steps_pair_by_level_and_limits_judge_every_level():
