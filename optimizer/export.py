@@ -25,7 +25,7 @@ import yaml
 from . import __version__
 from .candidate import Candidate
 from .levels import level_answers, pareto_front, study_plan
-from .redact import redact_mapping
+from .redact import MASK, redact_mapping
 from .sglang import config_file
 from .study import records as R
 from .study.records import baseline_trial, best_trial, summary_rows
@@ -33,7 +33,7 @@ from .study.storage import write_json
 
 
 def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
-    from .alarms import study_alarms
+    from .alarms import greedy_note_of, study_alarms
     from .confirm import stored_verdict
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -58,6 +58,11 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "confirmation": confirmation,
         "launch_noise": attrs.get(R.LAUNCH_NOISE),
         "alarms": {str(n): [a.as_dict() for a in found] for n, found in study_alarms(study).items()},
+        "greedy_unchecked": {
+            str(t.number): note
+            for t in study.trials
+            if t.user_attrs.get(R.LAUNCHED) and (note := greedy_note_of(study, t))
+        },
     }
     if base is not None:
         summary["baseline"] = {"trial": base.number, "tok_per_s": base.value}
@@ -132,7 +137,8 @@ def _write_config(
         + ")\n"
     )
     (out_dir / f"{stem}.yaml").write_text(header + yaml.safe_dump(in_file, sort_keys=False))
-    env_text = "# NCCL and other environment settings of the best trial (SGLang's --config cannot hold them)\n"
+    env_text = _server_env_block(study.user_attrs.get(R.SERVER_ENV) or {}, cand.env)
+    env_text += "# NCCL and other environment settings of the best trial (SGLang's --config cannot hold them)\n"
     env_text += Candidate(env=redact_mapping(dict(cand.env))).env_exports()
     (out_dir / f"{stem}.env").write_text(env_text)
     script = out_dir / f"{stem}.sh"
@@ -141,6 +147,18 @@ def _write_config(
     )
     script.chmod(0o755)
     return sorted(on_cli)
+
+
+def _server_env_block(server_env: dict[str, Any], trial_env: Any) -> str:
+    """The study's ``server.env``: every trial was measured with it. The trial's own settings follow and win, so a
+    name the trial sets is left out here; a masked secret is left for the user to set."""
+    shared = {k: v for k, v in redact_mapping(server_env).items() if k not in trial_env}
+    if not shared:
+        return ""
+    text = "# The study's server environment (server.env), which every trial ran with\n"
+    masked = {k for k, v in shared.items() if v == MASK}
+    text += "".join(f"# export {k}=...  (a secret, not written: set it yourself)\n" for k in sorted(masked))
+    return text + Candidate(env={k: v for k, v in shared.items() if k not in masked}).env_exports() + "\n"
 
 
 def launch_script(

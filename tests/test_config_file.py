@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import optuna
 import pytest
 import yaml
 from conftest import sim_command
@@ -164,7 +165,12 @@ def test_export_with_a_refused_flag_boots_through_best_sh(tmp_path) -> None:
         {
             "study": "refused",
             "studies_dir": str(tmp_path / "studies"),
-            "server": {"command": sim_command("llama-8b-dims-2x-h200", 0.002, 0.05), "boot_timeout_s": 30},
+            "server": {
+                "command": sim_command("llama-8b-dims-2x-h200", 0.002, 0.05),
+                "boot_timeout_s": 30,
+                # every trial runs with it, so best.env must carry it (a secret is masked, left for the user)
+                "env": {"NCCL_DEBUG": "WARN", "HF_TOKEN": "hf_" + "x" * 30},
+            },
             "workload": {"max_tokens": 32, "chunks": 2, "requests_per_chunk": 2, "warmup_requests": 1},
             "budget": {"trials": 3},
             "initial": [
@@ -195,6 +201,17 @@ def test_export_with_a_refused_flag_boots_through_best_sh(tmp_path) -> None:
     assert "--cuda-graph-backend-prefill disabled" in script and "--config" in script
     assert os.access(out / "best.sh", os.X_OK)
 
+    # best.env: the study's server environment in its own block, then the trial's own settings (which win)
+    env_file = (out / "best.env").read_text()
+    assert "# The study's server environment (server.env)" in env_file and "export NCCL_DEBUG=WARN\n" in env_file
+    assert "hf_" not in env_file and "# export HF_TOKEN=...  (a secret" in env_file
+    assert env_file.index("NCCL_DEBUG") < env_file.index("environment settings of the best trial")
+    assert study.user_attrs["server_env"] == {"NCCL_DEBUG": "WARN", "HF_TOKEN": "***"}
+    shell = subprocess.run(
+        ["bash", "-c", f"source {out / 'best.env'}; echo $NCCL_DEBUG"], capture_output=True, text=True, check=True
+    )
+    assert shell.stdout.strip() == "WARN"
+
     # best.sh boots as is (with the environment of best.env), on the study's own server command
     port = _free_port()
     env = {**os.environ, "PYTHON": sys.executable}
@@ -213,6 +230,17 @@ def test_export_with_a_refused_flag_boots_through_best_sh(tmp_path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+    # a study written before the server environment was recorded still exports, with the trial's settings only
+    older = optuna.create_study(direction="maximize")
+    for attr in ("server_command", "space", "workload"):
+        older.set_user_attr(attr, study.user_attrs[attr])
+    for t in study.trials:
+        older.add_trial(t)
+    export_study(older, tmp_path / "older")
+    older_env = (tmp_path / "older" / "best.env").read_text()
+    assert "server.env" not in older_env and "NCCL_DEBUG" not in older_env
+    assert older_env.startswith("# NCCL and other environment settings of the best trial")
 
     # the old export (every flag in best.yaml) fails at once, with SGLang's message and exit status
     old = tmp_path / "old.yaml"

@@ -218,7 +218,9 @@ class Recorder:
 
 
 def stamp(study: optuna.Study, cfg: StudyConfig) -> None:
-    """The study's own attributes, written once, when it is created."""
+    """The study's own attributes, written once, when it is created; the server environment on every run (the
+    one a resumed study's next trials run with)."""
+    study.set_user_attr(R.SERVER_ENV, redact_mapping({k: str(v) for k, v in cfg.server.env.items()}))
     if R.OPTIMIZER_VERSION in study.user_attrs:
         return
     study.set_user_attr(R.OPTIMIZER_VERSION, __version__)

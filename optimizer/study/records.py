@@ -60,6 +60,9 @@ INTERRUPTED = "interrupted"
 # ---------------------------------------------------------------------- study user attributes
 OPTIMIZER_VERSION = "optimizer_version"
 SERVER_COMMAND = "server_command"
+# server.env of the study file (secret-named values masked), rewritten on every run: every trial ran with it, so
+# best.env carries it too.
+SERVER_ENV = "server_env"
 SPACE = "space"
 WORKLOAD = "workload"
 CREATED = "created"
