@@ -7,6 +7,8 @@ Four rules, each a pure function of what a trial recorded (user attributes) and 
 - ``greedy_mismatch``: at temperature 0 speculative decoding is lossless, so outputs that differ from the
   baseline's on the same prompts mean a broken drafter, kernel or configuration. Real kernels are not bit-exact
   across batch shapes, so only a prefix of each output is compared and most prompts must differ.
+  Not raised when the server runs with ``SGLANG_SIMULATE_ACC_LEN`` (dummy-weight benchmarking: SGLang forces the
+  accept length and emits fixed tokens, so outputs cannot match); :func:`greedy_unchecked` says so instead.
 - ``slower_than_baseline``: a speculative trial slower than no speculation at all (at every measured level).
 - ``server_changed``: the server runs another value than the one asked for (read from ``/server_info`` and the
   log at trial time, see ``optimizer.probes``), e.g. SGLang resetting ``--max-running-requests`` to 48 for
@@ -34,6 +36,10 @@ GREEDY_MISMATCH_SHARE = 0.5
 NOT_COMPARED = frozenset({"host", "port", "config", "model-path", "tokenizer-path", "speculative-draft-model-path"})
 #: SGLang flags whose ``/server_info`` key has another name in some releases (0.5.17: ``cuda_graph_max_bs_decode``).
 SERVER_KEYS = {"cuda-graph-max-bs": ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")}
+
+#: With this variable in the server's environment SGLang forces the accept length and emits fixed draft tokens, so
+#: a speculative trial's greedy outputs cannot match the baseline's.
+SIMULATED_ACCEPT_ENV = "SGLANG_SIMULATE_ACC_LEN"
 
 # user attributes the rules read (written by the trial through optimizer.probes)
 GREEDY_ATTR = R.GREEDY_DIGESTS
@@ -106,6 +112,21 @@ def greedy_mismatch(digests: Mapping[str, str] | None, baseline: Mapping[str, st
         "changes what the target model generates; its tok/s measure wrong text.",
         "do not use this configuration: compare its outputs with the baseline's by hand, try another "
         "--attention-backend or SGLang release, and report it to SGLang with this trial's command.sh.",
+    )
+
+
+def greedy_unchecked(attrs: Mapping[str, Any], server_env: Mapping[str, Any] | None = None) -> str | None:
+    """A one-line note instead of ``greedy_mismatch`` for a speculative trial whose server ran with
+    ``SGLANG_SIMULATE_ACC_LEN`` (in the study's ``server.env`` or the trial's own env); None otherwise."""
+    if attrs.get(R.BASELINE) or not attrs.get(GREEDY_ATTR) or speculative(attrs.get(R.FLAGS) or {}) is None:
+        return None
+    env = {**(server_env or {}), **(attrs.get(R.ENV) or {})}
+    value = env.get(SIMULATED_ACCEPT_ENV)
+    if value is None or str(value) == "unset":
+        return None
+    return (
+        f"greedy output check not meaningful with {SIMULATED_ACCEPT_ENV}={value}: SGLang forces the accept length "
+        "and emits fixed tokens, so outputs cannot match the baseline's."
     )
 
 
@@ -275,15 +296,19 @@ def trial_alarms(
     value: float | None,
     baseline_attrs: Mapping[str, Any] | None = None,
     baseline_value: float | None = None,
+    *,
+    server_env: Mapping[str, Any] | None = None,
 ) -> list[Alarm]:
-    """Every alarm for one trial: ``value`` is its tok/s (None when it did not complete)."""
+    """Every alarm for one trial: ``value`` is its tok/s (None when it did not complete); ``server_env`` is the
+    study's server environment (``R.SERVER_ENV``)."""
     if attrs.get(R.BASELINE):
         return changed_settings(attrs.get(CHANGES_ATTR))
     flags = attrs.get(R.FLAGS) or {}
     base = baseline_attrs or {}
+    greedy_meaningful = greedy_unchecked(attrs, server_env) is None
     found = [
         low_accept(flags, attrs.get(R.ACCEPT_LENGTH)),
-        greedy_mismatch(attrs.get(GREEDY_ATTR), base.get(GREEDY_ATTR)),
+        greedy_mismatch(attrs.get(GREEDY_ATTR), base.get(GREEDY_ATTR)) if greedy_meaningful else None,
         slower_than_baseline(
             flags, value, baseline_value, levels=attrs.get(R.LEVELS), baseline_levels=base.get(R.LEVELS)
         ),
@@ -316,16 +341,18 @@ def study_alarms(study: Any) -> dict[int, list[Alarm]]:
         if not t.user_attrs.get(R.LAUNCHED):
             continue  # never ran (infeasible before launch, duplicate): nothing was measured
         value = t.value if t.state == TrialState.COMPLETE and t.user_attrs.get(R.OUTCOME) == R.COMPLETE else None
-        found = for_trial(t, base, value)
+        found = for_trial(t, base, value, server_env=study.user_attrs.get(R.SERVER_ENV))
         if found:
             out[t.number] = found
     return out
 
 
-def for_trial(frozen: Any, baseline: Any, value: float | None = None) -> list[Alarm]:
+def for_trial(
+    frozen: Any, baseline: Any, value: float | None = None, *, server_env: Mapping[str, Any] | None = None
+) -> list[Alarm]:
     base_value = baseline.value if baseline is not None else None
     base_attrs = baseline.user_attrs if baseline is not None else None
-    return trial_alarms(frozen.user_attrs, value, base_attrs, base_value)
+    return trial_alarms(frozen.user_attrs, value, base_attrs, base_value, server_env=server_env)
 
 
 def alarms_of(study: Any, frozen: Any) -> list[Alarm]:
@@ -335,4 +362,11 @@ def alarms_of(study: Any, frozen: Any) -> list[Alarm]:
     value = (
         frozen.value if frozen.state == TrialState.COMPLETE and frozen.user_attrs.get(R.OUTCOME) == R.COMPLETE else None
     )
-    return for_trial(frozen, _baseline(study.get_trials(deepcopy=False)), value)
+    return for_trial(
+        frozen, _baseline(study.get_trials(deepcopy=False)), value, server_env=study.user_attrs.get(R.SERVER_ENV)
+    )
+
+
+def greedy_note_of(study: Any, frozen: Any) -> str | None:
+    """:func:`greedy_unchecked` for one trial of a study."""
+    return greedy_unchecked(frozen.user_attrs, study.user_attrs.get(R.SERVER_ENV))

@@ -63,7 +63,10 @@ def candidates(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
             continue
         if ua.get(R.DUPLICATE_OF) is not None or t.value is None:
             continue
-        if any(a.kind == "greedy_mismatch" for a in alarms.for_trial(t, base, t.value)):
+        if any(
+            a.kind == "greedy_mismatch"
+            for a in alarms.for_trial(t, base, t.value, server_env=study.user_attrs.get(R.SERVER_ENV))
+        ):
             continue
         done.append(t)
     done.sort(key=lambda t: t.value, reverse=True)  # type: ignore[arg-type, return-value]

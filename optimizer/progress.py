@@ -20,7 +20,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .alarms import alarms_of
+from .alarms import alarms_of, greedy_note_of
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .study import records as R
 from .study.records import baseline_trial, best_trial, feasible
@@ -90,6 +90,8 @@ class Progress:
         )
         for a in alarms_of(driver.study, frozen):
             self.print(f"  ALARM trial {frozen.number} {a.kind}: {a.text()}")
+        if unchecked := greedy_note_of(driver.study, frozen):
+            self.print(f"  note trial {frozen.number}: {unchecked}")
 
     def note(self, driver: Driver, text: str) -> None:
         self.print(text)
@@ -200,6 +202,8 @@ class RichProgress(Progress):
         self.console.print(line)
         for a in alarms_of(driver.study, frozen):
             self.console.print(Text(f"  ALARM trial {frozen.number} {a.kind}: {a.text()}", style="bold red"))
+        if unchecked := greedy_note_of(driver.study, frozen):
+            self.console.print(Text(f"  note trial {frozen.number}: {unchecked}", style="yellow"))
 
     def note(self, driver: Any, text: str) -> None:
         self.console.print(Text(text, style="yellow"))

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import optuna
 from conftest import sim_command
 
-from optimizer import alarms
+from optimizer import alarms, confirm
 from optimizer.app import print_summary
 from optimizer.executors import ThreadExecutor
 from optimizer.export import export_study
@@ -37,13 +37,22 @@ EAGLE3 = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 3, "specul
 
 
 def run_study(
-    tmp_path: Path, sim_extra: list[str], concurrency: int, requests: int, max_tokens: int = 8
+    tmp_path: Path,
+    sim_extra: list[str],
+    concurrency: int,
+    requests: int,
+    max_tokens: int = 8,
+    server_env: dict[str, str] | None = None,
 ) -> tuple[optuna.Study, list]:
     cfg = parse_study(
         {
             "study": "alarms",
             "studies_dir": str(tmp_path / "studies"),
-            "server": {"command": sim_command(LLAMA, step_scale=1.0) + sim_extra, "boot_timeout_s": 30},
+            "server": {
+                "command": sim_command(LLAMA, step_scale=1.0) + sim_extra,
+                "boot_timeout_s": 30,
+                "env": server_env or {},
+            },
             "workload": {
                 "concurrency": concurrency,
                 "max_tokens": max_tokens,
@@ -162,3 +171,34 @@ def test_a_correct_setup_raises_no_alarm(tmp_path):
     assert "ALARM trial 1 slower_than_baseline" in "\n".join(lines)
     assert "greedy_mismatch" not in kinds(found[t["EAGLE"].number])
     assert not [line for line in lines if f"trial {t['EAGLE3'].number}" in line and "ALARM" in line]
+
+
+def test_simulated_accept_length_makes_the_greedy_check_a_note(tmp_path):
+    # SGLANG_SIMULATE_ACC_LEN (dummy-weight benchmarking) makes SGLang emit fixed tokens, so speculative outputs
+    # differ from the baseline's; the simulator's broken verify kernel produces the same differing outputs.
+    study, lines = run_study(
+        tmp_path,
+        ["--sim-broken-verify"],
+        concurrency=1,
+        requests=2,
+        max_tokens=32,
+        server_env={"SGLANG_SIMULATE_ACC_LEN": "3.0"},
+    )
+    t = by_config(study)
+    base_digests = t["baseline"].user_attrs["greedy_digests"]
+    assert t["EAGLE3"].user_attrs["greedy_digests"] != base_digests  # the outputs do differ
+    found = alarms.study_alarms(study)
+    assert all("greedy_mismatch" not in kinds(found.get(t[k].number, [])) for k in ("EAGLE", "EAGLE3"))
+    text = "\n".join(lines)
+    for k in ("EAGLE", "EAGLE3"):
+        n = t[k].number
+        assert f"note trial {n}: greedy output check not meaningful with SGLANG_SIMULATE_ACC_LEN=3.0" in text
+    assert f"note trial {t['baseline'].number}:" not in text
+    # a speculative trial stays a confirmation candidate, and the export records the note
+    assert t["EAGLE3"].number in [c.number for c in confirm.candidates(study, 3)]
+    saved = export_study(study, tmp_path / "out")
+    assert set(saved["greedy_unchecked"]) == {str(t["EAGLE"].number), str(t["EAGLE3"].number)}
+    # without the variable the same outputs raise the alarm (the rule, on the recorded attributes)
+    assert "greedy_mismatch" in kinds(alarms.trial_alarms(t["EAGLE3"].user_attrs, None, t["baseline"].user_attrs))
+    env_trial = {**t["EAGLE3"].user_attrs, "env": {"SGLANG_SIMULATE_ACC_LEN": "2.5"}}
+    assert "greedy_mismatch" not in kinds(alarms.trial_alarms(env_trial, None, t["baseline"].user_attrs))
