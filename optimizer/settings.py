@@ -70,6 +70,10 @@ class SamplerConfig(_Strict):
     name: Literal["structured", "tpe", "random", "tpe-plain"] = "structured"
     seed: int = 0
     n_startup_trials: int = Field(default=4, ge=0)
+    #: structured sampler only: stop launching once the best expected gain of any configuration left has been below
+    #: this fraction of the best tok/s for CONFIDENT_ASKS asks in a row (the model is confident nothing better is
+    #: left); None = spend the whole budget
+    stop_below_gain: float | None = Field(default=None, gt=0, lt=1)
 
 
 class PrunerConfig(_Strict):

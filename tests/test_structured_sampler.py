@@ -199,3 +199,33 @@ def test_study_through_simulator_processes_reaches_the_optimum_of_a_small_space(
     # every model-chosen launch says what the model expected of it
     chosen = [t for t in launched if not t.user_attrs.get("baseline") and not t.user_attrs.get("warm_start")]
     assert chosen and all(PREDICTED in t.user_attrs for t in chosen)
+
+
+def test_study_stops_launching_when_the_model_is_confident():
+    """With ``sampler.stop_below_gain`` the driver stops asking once the model expects less than that gain from any
+    configuration left; without it the whole budget is spent (in-process executor on the simulator's model)."""
+    from optimizer.simexec import ModelExecutor
+
+    space = parse_space(E2E_SPACE, "e2e.yaml")
+
+    def run(stop):
+        sampler = {"name": "structured", "seed": 0, **({"stop_below_gain": stop} if stop else {})}
+        cfg = parse_study(
+            {
+                "study": "confident",
+                "budget": {"trials": 12},
+                "workload": {"max_tokens": 64, "chunks": 4, "requests_per_chunk": 2},
+                "sampler": sampler,
+            },
+            "test",
+        )
+        lines: list[str] = []
+        study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg, space))
+        ex = ModelExecutor(KIMI, ["h0"], cfg.workload, seed=0)
+        Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lines.append), study=study).run()
+        return sum(1 for t in study.get_trials() if t.user_attrs.get("launched")), lines
+
+    spent, _ = run(None)
+    assert spent == 12
+    stopped, lines = run(0.2)  # a 20 % gain is never expected once the baseline and SGLang's default are measured
+    assert stopped < 12 and any("no more launches" in ln for ln in lines), (stopped, lines[-3:])

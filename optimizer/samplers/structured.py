@@ -38,8 +38,8 @@ LOCALITY = 0.15
 #: with launches still running, expected gain is also discounted by (1 - exp(-SPREAD x distance to the nearest
 #: running launch)): measured on the Kimi profile with 4 hosts (8 seeds), wall-clock to 98 % fell from 0.78 to 0.62 h
 SPREAD = 1.0
-#: below this expected gain (fraction of the best tok/s) the model is confident nothing better is left
-CONFIDENT_GAIN = 0.002
+#: asks in a row whose best expected gain is below ``stop_below_gain`` before the sampler calls itself confident
+CONFIDENT_ASKS = 2
 PREDICTED = "search:predicted_tok_per_s"
 EXPECTED_GAIN = "search:expected_gain"
 P_FEASIBLE = "search:p_feasible"
@@ -55,6 +55,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         seed: int | None = None,
         n_draws: int = N_DRAWS,
         locality: float = LOCALITY,
+        stop_below_gain: float | None = None,
     ) -> None:
         self._space = space
         self._concurrency = concurrency
@@ -67,6 +68,14 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         tp = space.model.fixed.get("tp-size") or space.model.fixed.get("tensor-parallel-size") or 1
         self._tp = int(tp)
         self.last_expected_gain: float | None = None
+        self._stop_below_gain = stop_below_gain
+        self._low_gain_asks = 0
+
+    @property
+    def confident(self) -> bool:
+        """True once the best expected gain has stayed below ``stop_below_gain`` for CONFIDENT_ASKS asks in a row:
+        the driver then stops launching (the model expects nothing left to beat the best by that much)."""
+        return self._stop_below_gain is not None and self._low_gain_asks >= CONFIDENT_ASKS
 
     # ------------------------------------------------------------------ BaseSampler
     def reseed_rng(self) -> None:
@@ -146,6 +155,8 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         i, j = np.unravel_index(int(self._rng.choice(flat)), score.shape)
         i, j = int(i), int(j)
         self.last_expected_gain = float(ei_all[i, j])
+        below = self._stop_below_gain is not None and self.last_expected_gain < self._stop_below_gain
+        self._low_gain_asks = self._low_gain_asks + 1 if below else 0
         info = {
             PREDICTED: round(math.exp(model.mean_log_tps(i, j)), 3),
             EXPECTED_GAIN: round(float(ei_all[i, j]), 5),

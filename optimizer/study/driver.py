@@ -64,6 +64,7 @@ class Driver:
         self.stopping = False
         self.interrupts = 0
         self.idle_asks = 0
+        self.search_settled = False  # the structured sampler is confident: no more launches
         self.boot_times: list[float] = []
         self.bench_times: list[float] = []
         self.plan = cfg.plan()  # load levels: their order per boot, which chunks are reported, the objective
@@ -172,6 +173,14 @@ class Driver:
                     return
             else:
                 if self.budget_left() <= 0 or not self.time_left() or self.idle_asks >= MAX_IDLE_ASKS:
+                    return
+                if getattr(self.study.sampler, "confident", False):
+                    if not self.search_settled:
+                        self.search_settled = True
+                        self.note(
+                            "the model expects no configuration left to beat the best by "
+                            f"{self.cfg.sampler.stop_below_gain:.1%}: no more launches (sampler.stop_below_gain)"
+                        )
                     return
                 a = self._ask()
                 if a is None:
