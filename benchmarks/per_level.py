@@ -20,6 +20,7 @@ from typing import Any
 
 import optuna
 
+from benchmarks.strategies import true_value
 from optimizer.hosts.config import local_host
 from optimizer.levels import trial_levels
 from optimizer.pruning import make_pruner
@@ -69,13 +70,6 @@ def _run(
     return study, ex
 
 
-def _true(tr: dict[str, Any], t: optuna.trial.FrozenTrial) -> float:
-    """The model's true tok/s of a trial's configuration (benchmarks.strategies.truth's table)."""
-    params = t.user_attrs.get(R.BASELINE_PARAMS) if t.user_attrs.get(R.BASELINE) else t.params
-    loc = tr["table"].locate(dict(t.user_attrs.get(R.FLAGS) or {}), dict(params or {}))
-    return float(tr["values"][loc]) if loc is not None else 0.0
-
-
 def _answers(study: optuna.Study, truths: dict[int, dict[str, Any]]) -> dict[str, float]:
     """At the end of a per-level study: each level's answer as a fraction of that level's true optimum."""
     out = {}
@@ -92,7 +86,7 @@ def _answers(study: optuna.Study, truths: dict[int, dict[str, Any]]) -> dict[str
                 and (best is None or m["tok_per_s"] > best[0])
             ):
                 best = (m["tok_per_s"], t)
-        out[str(c)] = round(_true(tr, best[1]) / tr["optimum"], 4) if best else 0.0
+        out[str(c)] = round(true_value(tr, best[1]) / tr["optimum"], 4) if best else 0.0
     return out
 
 
@@ -117,7 +111,7 @@ def _restarts(
             if not m or not m.get("complete") or m.get("tok_per_s") is None:
                 continue
             if c not in best or m["tok_per_s"] > best[c][0]:
-                best[c] = (m["tok_per_s"], _true(tr, t))
+                best[c] = (m["tok_per_s"], true_value(tr, t))
         if all(c in best and best[c][1] >= TARGET * tr["optimum"] for c, tr in truths.items()):
             return i
     return None

@@ -32,7 +32,6 @@ from optimizer.sim.profiles import load_profile
 from optimizer.simexec import CATEGORY_MIX, STOP_S, ModelExecutor
 from optimizer.space import SearchSpace, parse_space
 from optimizer.study import Driver, Progress, make_sampler
-from optimizer.study import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.98
@@ -182,8 +181,7 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
         t = trials.get(number)
         if t is None:
             continue
-        params = t.user_attrs.get(R.BASELINE_PARAMS) if t.user_attrs.get(R.BASELINE) else t.params
-        loc = table.locate(dict(t.user_attrs.get(R.FLAGS) or {}), dict(params or {}))
+        loc = table.locate_trial(t)
         true = float(values[loc]) if loc is not None else 0.0
         if status == "pruned" and loc == tr["optimum_ij"]:
             optimum_pruned = True
@@ -402,6 +400,6 @@ def wall_clock_by_hosts(profile: str, seeds: int = 10, budget: int = 40, log=pri
 
 
 def true_value(tr: dict[str, Any], trial: optuna.trial.FrozenTrial) -> float:
-    params = trial.user_attrs.get(R.BASELINE_PARAMS) if trial.user_attrs.get(R.BASELINE) else trial.params
-    loc = tr["table"].locate(dict(trial.user_attrs.get(R.FLAGS) or {}), dict(params or {}))
+    """The model's true tok/s of a trial's configuration (0 for one outside the table or one that fails)."""
+    loc = tr["table"].locate_trial(trial)
     return float(tr["values"][loc]) if loc is not None else 0.0

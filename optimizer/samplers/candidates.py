@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from optuna.trial import FrozenTrial
 
 from .. import expr
 from ..sglang import flags as rules
-from ..space import ENV_NAME, NONE_ALGO, UNSET, CategoricalParam, SearchSpace
+from ..space import UNSET, SearchSpace
+from ..study import records as R
 
 TREE_PARAMS = (rules.ALGO, rules.STEPS, rules.TOPK, rules.DRAFT)
 
@@ -33,10 +35,6 @@ class CandidateTable:
     valid: np.ndarray  # (n_tree, n_other) bool: passes SGLang's rules and the space's constraints
     default_other: tuple[Any, ...] = field(default_factory=tuple)
 
-    @property
-    def spec(self) -> np.ndarray:
-        return np.array([a is not None for a in self.algos])
-
     def params(self, i: int, j: int) -> dict[str, Any]:
         out = dict(self.tree_values[i])
         out.update(zip(self.other_names, self.other_values[j]))
@@ -47,6 +45,14 @@ class CandidateTable:
         if algo is None:
             return (None, 0, 1, 1)
         return (algo, *rules.resolved_triple(flags, architecture=self.space.model.architecture))
+
+    def locate_trial(self, trial: FrozenTrial) -> tuple[int, int] | None:
+        """Row and column of a trial the driver recorded (its flags; the baseline's parameter values), or None."""
+        ua = trial.user_attrs
+        if ua.get(R.FLAGS) is None:
+            return None
+        params = ua.get(R.BASELINE_PARAMS) if ua.get(R.BASELINE) else trial.params
+        return self.locate(dict(ua[R.FLAGS]), dict(params or {}))
 
     def locate(self, flags: dict[str, Any], params: dict[str, Any]) -> tuple[int, int] | None:
         """Row and column of a launched configuration (from its flags and parameter values), or None."""
@@ -59,6 +65,7 @@ class CandidateTable:
         return i, j
 
     def __post_init__(self) -> None:
+        self.spec = np.array([a is not None for a in self.algos])  # (n_tree,) True where speculation is on
         self._tree_index = {}
         for i, (a, t) in enumerate(zip(self.algos, self.trees)):
             self._tree_index.setdefault((a, *map(int, t)) if a else (None, 0, 1, 1), i)
@@ -156,12 +163,4 @@ def _build(space: SearchSpace, gpu_sm: int) -> CandidateTable:
     )
 
 
-def is_env(name: str) -> bool:
-    return bool(ENV_NAME.match(name))
-
-
-def is_categorical(space: SearchSpace, name: str) -> bool:
-    return isinstance(space.params[name], CategoricalParam)
-
-
-__all__ = ["CandidateTable", "build_table", "TREE_PARAMS", "NONE_ALGO"]
+__all__ = ["CandidateTable", "build_table", "TREE_PARAMS"]

@@ -117,7 +117,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             fantasies = [
                 Observation(i, j, math.exp(model.mean_log_tps(i, j)), model.accept_length(i)) for i, j in pending
             ]
-            model = ThroughputModel(table, self._concurrency, self._tp).fit(obs + fantasies)
+            model.fit(obs + fantasies)
             taken = taken | set(pending)
         p_ok = feasible_probability(table, failures, served)
         allowed = table.valid.copy()
@@ -196,11 +196,7 @@ def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
         proven = ua.get(R.FATAL_SETTING)
         if isinstance(proven, dict) and "name" in proven:
             fatal.append((str(proven["name"]), str(proven.get("value"))))
-        flags = ua.get(R.FLAGS)
-        if flags is None:
-            continue
-        params = ua.get(R.BASELINE_PARAMS) if ua.get(R.BASELINE) else t.params
-        loc = table.locate(dict(flags), dict(params or {}))
+        loc = table.locate_trial(t)
         if loc is None:
             continue
         outcome = ua.get(R.OUTCOME)
