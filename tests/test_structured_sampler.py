@@ -82,6 +82,32 @@ def test_model_recovers_accept_length_step_time_and_the_settings_factor_from_a_f
     assert 1.04 < gain < 1.12, gain
 
 
+@pytest.mark.parametrize("ll_factor", [0.97, 0.70])
+def test_evidence_decides_how_much_the_settings_matter(ll_factor):
+    """Launches where NCCL_PROTO=LL is 3 % faster favour the narrow prior on the settings' effects; launches where it
+    is 30 % faster (a PCIe TP 8 verify pass) favour the wide ones, and the model then predicts the 30 % elsewhere."""
+    space = parse_space(SPACE, "small.yaml")
+    table = build_table(space)
+    L, step_ms, _ = _synthetic_truth(table)
+    proto = table.other_names.index("NCCL_PROTO")
+    factor = np.array([ll_factor if v[proto] == "LL" else 1.0 for v in table.other_values])
+    tps = L[:, None] / (step_ms[:, None] * factor[None, :]) * 1000
+    j0 = table.other_values.index(table.default_other)
+    ll = [j for j, v in enumerate(table.other_values) if v[proto] == "LL"]
+    chains = [i for i in range(len(table.trees)) if table.spec[i] and table.trees[i][1] == 1]
+    seen = [(chains[0], j0), (chains[2], j0), (chains[2], ll[0]), (chains[4], ll[1])]
+    obs = [Observation(i, j, float(tps[i, j]), float(L[i])) for i, j in seen]
+    model = ThroughputModel(table, concurrency=1, tp_size=8).fit(obs)
+    weights = dict(zip((1.0, 2.5, 5.0), model.step_weights))
+    if ll_factor > 0.9:
+        assert weights[1.0] > 0.4 and weights[1.0] == max(weights.values()), weights
+    else:
+        assert weights[1.0] < 0.25 and weights[2.5] + weights[5.0] > 0.75, weights
+    i = chains[3]  # a tree never launched with either protocol
+    gain = math.exp(model.mean_log_tps(i, ll[0]) - model.mean_log_tps(i, j0))
+    assert abs(gain * ll_factor - 1) < 0.05, gain
+
+
 def test_failure_model_learns_out_of_memory_boundary_and_a_fatal_setting():
     space = parse_space(SPACE, "small.yaml")
     table = build_table(space)

@@ -15,9 +15,15 @@ Throughput is tokens accepted per verify step over the time of one step:
   1-token decode (the field report: NCCL tuning helped the verify pass, not plain decoding).
   The step time of a launch is read from its measured tok/s and accept length, so a launch teaches ``t`` whatever
   its tree, and the settings' factor is learned from a few launches and then combined with the best tree.
+  Every level has an effect, the default levels too: when speculation at the default settings is far slower than
+  the tree's cost explains, part of the excess is put on the defaults, so other levels become worth a launch (on a
+  PCIe TP 8 server the default NCCL protocol is what makes the verify pass slow).
 
 Both parts are Bayesian linear regressions with Gaussian priors (published curves and costs as prior means, wide
-enough to be overruled by a few launches), so every prediction has an uncertainty the search can weigh.
+enough to be overruled by a few launches), so every prediction has an uncertainty the search can weigh. How much
+the settings matter is itself uncertain (nothing with one GPU or NVLink and custom all-reduce; a third of the step
+on PCIe), so the step time is fitted once per prior scale of the settings' effects (``SETTING_SCALES``) and the fits
+are averaged, each weighted by its evidence (the marginal likelihood of the launches under that scale).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ STEP_NOISE_SD = 0.04
 SETTING_SD = 0.06
 SETTING_PAIR_SD = 0.02
 SETTING_SPEC_SD = 0.06  # how much more speculation's verify pass may feel a setting than plain decoding
+#: multipliers of the settings' prior spread, one step-time regression each (weighted by evidence)
+SETTING_SCALES = (1.0, 2.5, 5.0)
 PRUNED_NOISE_FACTOR = 2.0  # a pruned launch measured fewer chunks
 
 
@@ -74,6 +82,15 @@ class BayesLinear:
         self.cov = Linv.T @ Linv
         return self
 
+    def log_evidence(self, X: np.ndarray, y: np.ndarray, noise_sd: np.ndarray) -> float:
+        """log p(y | prior): the data's marginal likelihood under this prior (weights integrated out)."""
+        if len(y) == 0:
+            return 0.0
+        C = (X / self.prior_prec) @ X.T + np.diag(np.asarray(noise_sd, dtype=float) ** 2)
+        L = np.linalg.cholesky(C + 1e-12 * np.eye(len(y)))
+        z = np.linalg.solve(L, y - X @ self.prior_mean)
+        return float(-0.5 * z @ z - np.log(np.diag(L)).sum() - 0.5 * len(y) * math.log(2 * math.pi))
+
     def residual_sd(self, X: np.ndarray, y: np.ndarray) -> float:
         if len(y) < 2:
             return 0.0
@@ -104,10 +121,12 @@ class ThroughputModel:
         )
         nm, npair = self.main_X.shape[1], self.pair_X.shape[1]
         self.accept = BayesLinear(ACCEPT_PRIOR_MEAN, ACCEPT_PRIOR_SD)
-        self.step = BayesLinear(
-            np.concatenate([tree_mean, np.zeros(nm + npair + nm)]),
-            np.concatenate([tree_sd, np.full(nm, sd_main), np.full(npair, sd_pair), np.full(nm, sd_spec)]),
-        )
+        # one step-time regression per prior scale of the settings' effects, averaged by evidence (module doc)
+        scales = SETTING_SCALES if tp_size > 1 else (1.0,)
+        setting_sd = np.concatenate([np.full(nm, sd_main), np.full(npair, sd_pair), np.full(nm, sd_spec)])
+        prior_mean = np.concatenate([tree_mean, np.zeros(nm + npair + nm)])
+        self.steps = [BayesLinear(prior_mean, np.concatenate([tree_sd, setting_sd * s])) for s in scales]
+        self.step_weights = np.full(len(scales), 1.0 / len(scales))
         self.noise_scale = 1.0
 
     def step_row(self, i: int, j: int) -> np.ndarray:
@@ -128,16 +147,23 @@ class ThroughputModel:
             rows.append(self.step_row(o.i, o.j))
             ys.append(math.log(max(L, 1.0)) - math.log(o.tok_per_s))
             ns.append(STEP_NOISE_SD * (PRUNED_NOISE_FACTOR if o.pruned else 1.0))
-        X = np.array(rows) if rows else np.zeros((0, len(self.step.prior_mean)))
+        X = np.array(rows) if rows else np.zeros((0, len(self.steps[0].prior_mean)))
         y, n = np.array(ys), np.array(ns)
-        self.step.fit(X, y, n)
+        base = self.steps[0].fit(X, y, n)
         # launch-to-launch noise larger than assumed: widen the noise and refit, so one lucky launch can't dominate
         if len(y) >= 6:
-            sd = self.step.residual_sd(X, y) * math.sqrt(len(y) / max(1, len(y) - 3))
+            sd = base.residual_sd(X, y) * math.sqrt(len(y) / max(1, len(y) - 3))
             self.noise_scale = max(1.0, sd / STEP_NOISE_SD)
             if self.noise_scale > 1.2:
-                self.step.fit(X, y, n * self.noise_scale)
+                n = n * self.noise_scale
+        evidence = np.array([m.fit(X, y, n).log_evidence(X, y, n) for m in self.steps])
+        w = np.exp(evidence - evidence.max())
+        self.step_weights = w / w.sum()
         return self
+
+    @property
+    def step_mean(self) -> np.ndarray:
+        return sum(w * m.mean for w, m in zip(self.step_weights, self.steps))
 
     def accept_length(self, i: int) -> float:
         if not self.spec[i]:
@@ -145,14 +171,16 @@ class ThroughputModel:
         return 1.0 + math.exp(float(self.acc_X[i] @ self.accept.mean))
 
     def mean_log_tps(self, i: int, j: int) -> float:
-        return math.log(self.accept_length(i)) - float(self.step_row(i, j) @ self.step.mean)
+        return math.log(self.accept_length(i)) - float(self.step_row(i, j) @ self.step_mean)
 
     def draw(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Posterior draws of log tok/s, factored as (tree part (n_tree, n), settings part (n_other, n), settings
         part felt by speculation only (n_other, n)): log tok/s of configuration (i, j) in draw s is
         ``tree[i, s] - settings[j, s] - spec[i] * settings_spec[j, s]``. Draw 0 is the posterior mean."""
         wa = self.accept.samples(n, rng)  # (n, da)
-        ws = self.step.samples(n, rng)  # (n, ds)
+        # draws from each scale's posterior in proportion to its weight; draw 0 is the weighted posterior mean
+        counts = rng.multinomial(n - 1, self.step_weights)
+        ws = np.concatenate([self.step_mean[None, :]] + [m.samples(c + 1, rng)[1:] for m, c in zip(self.steps, counts)])
         dt, dm, dp = self.tree_X.shape[1], self.main_X.shape[1], self.pair_X.shape[1]
         log_L = np.where(self.spec[:, None] > 0, np.log1p(np.exp(self.acc_X @ wa.T)), 0.0)
         tree = log_L - self.tree_X @ ws[:, :dt].T
@@ -198,12 +226,12 @@ def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray,
 
 
 def _setting_features(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
-    """One-hot indicators of every non-default level of every setting, and of every pair of such levels of two
-    settings (NCCL's protocol only matters with custom all-reduce off, LL with Ring, ...)."""
+    """One-hot indicators of every level of every setting, and of every pair of levels of two settings (NCCL's
+    protocol only matters with custom all-reduce off, LL with Ring, ...)."""
     cols: list[tuple[int, object]] = []
     for k in range(len(table.other_names)):
         levels = sorted({v[k] for v in table.other_values}, key=str)
-        cols += [(k, lv) for lv in levels if lv != table.default_other[k]]
+        cols += [(k, lv) for lv in levels]
     V = table.other_values
     main = np.array([[1.0 if v[k] == lv else 0.0 for k, lv in cols] for v in V]).reshape(len(V), len(cols))
     pairs = [(a, b) for a in range(len(cols)) for b in range(a + 1, len(cols)) if cols[a][0] != cols[b][0]]
