@@ -30,12 +30,14 @@ def log(msg: str) -> None:
 
 def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.landscapes import HELD_OUT, TUNING
-    from benchmarks.strategies import compare, compare_family
+    from benchmarks.strategies import FAMILY_STRATEGIES, STRATEGIES, compare, compare_family
 
-    out = compare(seeds=args.seeds, log=log)
+    chosen = args.strategies.split(",") if args.strategies else None
+    out = compare(seeds=args.seeds, log=log, strategies=tuple(chosen or STRATEGIES))
+    fam = tuple(s for s in (chosen or FAMILY_STRATEGIES) if s != "grid")
     out["families"] = [
-        compare_family("tuning", TUNING, log=log),
-        compare_family("held-out", HELD_OUT, log=log),
+        compare_family("tuning", TUNING, log=log, strategies=fam),
+        compare_family("held-out", HELD_OUT, log=log, strategies=fam),
     ]
     return out
 
@@ -186,13 +188,13 @@ def print_table(results: dict[str, Any]) -> None:
     if s:
         log(f"\nRestarts to 98% of the true optimum (median / p90 over {s['seeds']} seeds; censored at the budget)")
         log(
-            f"{'profile':28s} {'conc':>4s} {'strategy':10s} {'median':>7s} {'p90':>7s} {'reached':>8s} "
+            f"{'profile':28s} {'conc':>4s} {'strategy':19s} {'median':>7s} {'p90':>7s} {'reached':>8s} "
             f"{'wall h':>7s} {'prune saved':>11s} {'opt pruned':>10s}"
         )
         for row in s["scenarios"]:
             for name, v in row["strategies"].items():
                 log(
-                    f"{row['profile']:28s} {row['concurrency']:4d} {name:10s} {v['restarts_median']:7.1f} "
+                    f"{row['profile']:28s} {row['concurrency']:4d} {name:19s} {v['restarts_median']:7.1f} "
                     f"{v['restarts_p90']:7.1f} {v['reached']:>4d}/{s['seeds']:<3d} {v['wall_h_median']:7.1f} "
                     f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d}"
                 )
@@ -205,7 +207,7 @@ def print_table(results: dict[str, Any]) -> None:
             label = f"{fam['name']} family ({len(fam['landscapes'])})"
             for name, v in fam["strategies"].items():
                 log(
-                    f"{label:28s} {'-':>4s} {name:10s} {v['restarts_median']:7.1f} {v['restarts_p90']:7.1f} "
+                    f"{label:28s} {'-':>4s} {name:19s} {v['restarts_median']:7.1f} {v['restarts_p90']:7.1f} "
                     f"{v['reached']:>4d}/{v['runs']:<3d} {'':>7s} {v['prune_saving_mean']:11.0%} "
                     f"{v['optimum_pruned_runs']:>10d}"
                 )
@@ -246,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--only", default=",".join(SECTIONS))
+    ap.add_argument("--strategies", default="", help="strategies section: a comma list (default: all of them)")
     ap.add_argument("--accuracy-seconds", type=float, default=10.0)
     ap.add_argument("--e2e-seeds", type=int, default=2)
     ap.add_argument("--host-seeds", type=int, default=10)

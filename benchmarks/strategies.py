@@ -43,9 +43,9 @@ SCENARIOS = [
     ("glm-4.7-flash-h200", 1),
     ("glm-4.7-flash-h200", 32),
 ]
-#: "structured" is the default search; "tpe" the TPE set-up that was the default before it (baseline first, SGLang's
+#: "structured" is the default search ("structured-adaptive": with sampler.adaptive_settings); "tpe" the TPE set-up that was the default before it (baseline first, SGLang's
 #: default second, pre-check, dedup, constraints); "tpe-plain" and "random" are Optuna's samplers as they come.
-STRATEGIES = ("structured", "tpe", "random", "grid", "tpe-plain")
+STRATEGIES = ("structured", "structured-adaptive", "tpe", "random", "grid", "tpe-plain")
 WORKLOAD = dict(concurrency=1, max_tokens=256, warmup_requests=2, chunks=8, requests_per_chunk=4)
 
 
@@ -121,6 +121,8 @@ def _config(strategy: str, seed: int, budget: int, concurrency: int) -> Any:
     }
     if strategy in ("structured", "tpe"):
         data["sampler"]["name"] = strategy
+    elif strategy == "structured-adaptive":
+        data["sampler"].update(name="structured", adaptive_settings=True)
     elif strategy == "random":
         data["sampler"]["name"] = "random"
         data["pruner"] = {"name": "none"}
@@ -155,6 +157,7 @@ def run_driver(
             n_startup_steps=cfg.pruner.n_startup_steps,
             n_startup_trials=cfg.pruner.n_startup_trials,
             min_gap=cfg.pruner.min_gap,
+            launch_noise=cfg.pruner.launch_noise,
         ),
     )
     names = [f"h{i}" for i in range(hosts)]
@@ -297,7 +300,14 @@ def compare(
     """The four scenarios: every strategy over ``seeds`` seeds."""
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(logging.ERROR)
-    budgets = budgets or {"structured": 40, "tpe": 40, "tpe-plain": 40, "random": 150, "grid": 100000}
+    budgets = budgets or {
+        "structured": 40,
+        "structured-adaptive": 40,
+        "tpe": 40,
+        "tpe-plain": 40,
+        "random": 150,
+        "grid": 100000,
+    }
     out: dict[str, Any] = {"target": TARGET, "seeds": seeds, "budgets": budgets, "scenarios": []}
     for profile_name, conc in scenarios:
         t0 = time.time()
@@ -335,11 +345,16 @@ def compare(
     return out
 
 
-FAMILY_STRATEGIES = ("structured", "tpe", "random", "tpe-plain")
+FAMILY_STRATEGIES = ("structured", "structured-adaptive", "tpe", "random", "tpe-plain")
 
 
 def compare_family(
-    name: str, seeds: tuple[int, ...], budget: int = 30, runs_per_landscape: int = 1, log=print
+    name: str,
+    seeds: tuple[int, ...],
+    budget: int = 30,
+    runs_per_landscape: int = 1,
+    log=print,
+    strategies: tuple[str, ...] = FAMILY_STRATEGIES,
 ) -> dict[str, Any]:
     """Generated landscapes (benchmarks/landscapes.py): every strategy, ``runs_per_landscape`` seeds each, all with
     the same budget. Restarts are pooled over landscapes and seeds."""
@@ -348,14 +363,14 @@ def compare_family(
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(logging.ERROR)
     t0 = time.time()
-    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in FAMILY_STRATEGIES}
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in strategies}
     trivial = 0
     for k in seeds:
         land = landscape(k)
         space = space_for(land.profile)
         tr = truth(land.profile, space, land.concurrency)
         trivial += tr["baseline"] >= TARGET * tr["optimum"]
-        for strategy in FAMILY_STRATEGIES:
+        for strategy in strategies:
             for seed in range(runs_per_landscape):
                 r = run_driver(
                     land.profile, land.concurrency, strategy, seed, budget, space, tr, launch_noise=land.launch_noise
@@ -380,14 +395,16 @@ def compare_family(
     return out
 
 
-def wall_clock_by_hosts(profile: str, seeds: int = 10, budget: int = 40, log=print) -> dict[str, Any]:
+def wall_clock_by_hosts(
+    profile: str, seeds: int = 10, budget: int = 40, log=print, strategy: str = "structured"
+) -> dict[str, Any]:
     """Wall-clock to 98 % of the optimum with 1, 2 and 4 hosts, on the model's clock with the profile's real boot
     times (median over seeds)."""
     space = space_for(profile)
     tr = truth(profile, space, 1)
-    out: dict[str, Any] = {"profile": profile, "seeds": seeds, "hosts": {}}
+    out: dict[str, Any] = {"profile": profile, "strategy": strategy, "seeds": seeds, "hosts": {}}
     for n in (1, 2, 4):
-        runs = [run_driver(profile, 1, "structured", seed, budget, space, tr, hosts=n) for seed in range(seeds)]
+        runs = [run_driver(profile, 1, strategy, seed, budget, space, tr, hosts=n) for seed in range(seeds)]
         out["hosts"][str(n)] = summarize(runs, budget + 1)
     one = out["hosts"]["1"]["wall_h_median"]
     for n, v in out["hosts"].items():

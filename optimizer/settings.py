@@ -74,6 +74,10 @@ class SamplerConfig(_Strict):
     #: this fraction of the best tok/s for CONFIDENT_ASKS asks in a row (the model is confident nothing better is
     #: left); None = spend the whole budget
     stop_below_gain: float | None = Field(default=None, gt=0, lt=1)
+    #: structured sampler only: learn how much the communication settings matter instead of assuming they matter a
+    #: little (for PCIe machines with TP >= 4, where NCCL's protocol can change the verify step by a third; see
+    #: optimizer/samplers/throughput_model.py). Off by default: it costs restarts where the settings matter little.
+    adaptive_settings: bool = False
 
 
 class PrunerConfig(_Strict):

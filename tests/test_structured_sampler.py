@@ -11,6 +11,7 @@ import optuna
 import pytest
 from conftest import KIMI, sim_command
 
+from optimizer.errors import ConfigError
 from optimizer.executors import ThreadExecutor
 from optimizer.hosts.config import local_host
 from optimizer.samplers import make_sampler
@@ -97,7 +98,9 @@ def test_evidence_decides_how_much_the_settings_matter(ll_factor):
     chains = [i for i in range(len(table.trees)) if table.spec[i] and table.trees[i][1] == 1]
     seen = [(chains[0], j0), (chains[2], j0), (chains[2], ll[0]), (chains[4], ll[1])]
     obs = [Observation(i, j, float(tps[i, j]), float(L[i])) for i, j in seen]
-    model = ThroughputModel(table, concurrency=1, tp_size=8).fit(obs)
+    model = ThroughputModel(table, concurrency=1, tp_size=8, adaptive_settings=True).fit(obs)
+    narrow = ThroughputModel(table, concurrency=1, tp_size=8).fit(obs)
+    assert len(narrow.step_weights) == 1  # the default: one prior scale
     weights = dict(zip((1.0, 2.5, 5.0), model.step_weights))
     if ll_factor > 0.9:
         assert weights[1.0] > 0.4 and weights[1.0] == max(weights.values()), weights
@@ -171,6 +174,16 @@ def test_make_sampler_by_name_keeps_tpe_selectable():
     assert isinstance(make_sampler(cfg, space), StructuredSampler)
     cfg = parse_study({"study": "s", "sampler": {"name": "tpe", "seed": 0}}, "s.yaml")
     assert isinstance(make_sampler(cfg, space), optuna.samplers.TPESampler)
+    # the opt-in settings model reaches the sampler's throughput model (several prior scales, every level coded)
+    cfg = parse_study({"study": "s", "sampler": {"adaptive_settings": True}}, "s.yaml")
+    sampler = make_sampler(cfg, space)
+    table = build_table(space)
+    adaptive = ThroughputModel(table, 1, 8, sampler._adaptive)
+    plain = ThroughputModel(table, 1, 8)
+    assert len(adaptive.steps) == 3 and len(plain.steps) == 1
+    assert adaptive.main_X.shape[1] == plain.main_X.shape[1] + len(table.other_names)
+    with pytest.raises(ConfigError, match="sampler.adaptive_settings"):
+        parse_study({"study": "s", "sampler": {"adaptive_settings": "maybe"}}, "s.yaml")
 
 
 E2E_SPACE = {

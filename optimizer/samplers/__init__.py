@@ -23,7 +23,12 @@ def make_sampler(cfg: StudyConfig, space: SearchSpace | None = None) -> optuna.s
         # the load whose step times the model describes: the objective's level, or the heaviest weighted one
         level = plan.level or max(c for c, w in plan.weights.items() if w > 0)
         return StructuredSampler(
-            space, concurrency=level, gpu_sm=cfg.gpu_sm, seed=s.seed, stop_below_gain=s.stop_below_gain
+            space,
+            concurrency=level,
+            gpu_sm=cfg.gpu_sm,
+            seed=s.seed,
+            stop_below_gain=s.stop_below_gain,
+            adaptive_settings=s.adaptive_settings,
         )
     if s.name == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)

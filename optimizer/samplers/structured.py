@@ -2,9 +2,9 @@
 
 Each call fits ``ThroughputModel`` (accept length x step time, with the settings' factor apart from the tree) and
 the failure model to every launch so far (complete and pruned ones; failures for feasibility; host faults never),
-scores every configuration of the space by expected improvement over the best completed launch (as the model
-estimates it, so one launch measured a few per cent high by luck does not raise the bar), times the chance it
-boots and serves, and suggests the best. Launches still running are counted at the model's prediction (a
+scores every configuration of the space by expected improvement over the best measured tok/s (with
+``adaptive_settings``: over the model's estimate of the best completed launch, so one launch measured a few per
+cent high by luck does not raise the bar), times the chance it boots and serves, and suggests the best. Launches still running are counted at the model's prediction (a
 "believer"), so with several idle hosts each gets a launch worth its boot rather than a copy of one guess.
 
 Being a ``BaseSampler``, it leaves storage, resume, optuna-dashboard, the report and the pruner unchanged. What it
@@ -57,6 +57,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         n_draws: int = N_DRAWS,
         locality: float = LOCALITY,
         stop_below_gain: float | None = None,
+        adaptive_settings: bool = False,
     ) -> None:
         self._space = space
         self._concurrency = concurrency
@@ -71,6 +72,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self.last_expected_gain: float | None = None
         self._stop_below_gain = stop_below_gain
         self._low_gain_asks = 0
+        self._adaptive = adaptive_settings
 
     @property
     def confident(self) -> bool:
@@ -113,7 +115,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
     ) -> tuple[tuple[int, int], dict[str, float]] | None:
         obs, failures, served, taken, pending, best, fatal = _collect(table, trials, exclude)
         served = [loc for loc in served if table.spec[loc[0]]] or served
-        model = ThroughputModel(table, self._concurrency, self._tp).fit(obs)
+        model = ThroughputModel(table, self._concurrency, self._tp, self._adaptive).fit(obs)
         if pending:  # believer: count running launches at the model's prediction, then refit
             fantasies = [
                 Observation(i, j, math.exp(model.mean_log_tps(i, j)), model.accept_length(i)) for i, j in pending
@@ -132,7 +134,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         if not allowed.any():
             return None
         complete = [(o.i, o.j) for o in obs if not o.pruned]
-        if complete:  # the bar to beat: the model's estimate of the best launch, not its luckiest measurement
+        if complete and self._adaptive:  # the bar: the model's estimate of the best launch, not its luckiest measure
             best = max(math.exp(model.mean_log_tps(i, j)) for i, j in complete)
         if best is None:  # nothing measured yet: the model's prior alone
             best = max(math.exp(model.mean_log_tps(i, j)) for i, j in zip(*np.nonzero(allowed)[:2]))

@@ -15,15 +15,18 @@ Throughput is tokens accepted per verify step over the time of one step:
   1-token decode (the field report: NCCL tuning helped the verify pass, not plain decoding).
   The step time of a launch is read from its measured tok/s and accept length, so a launch teaches ``t`` whatever
   its tree, and the settings' factor is learned from a few launches and then combined with the best tree.
-  Every level has an effect, the default levels too: when speculation at the default settings is far slower than
-  the tree's cost explains, part of the excess is put on the defaults, so other levels become worth a launch (on a
-  PCIe TP 8 server the default NCCL protocol is what makes the verify pass slow).
 
 Both parts are Bayesian linear regressions with Gaussian priors (published curves and costs as prior means, wide
-enough to be overruled by a few launches), so every prediction has an uncertainty the search can weigh. How much
-the settings matter is itself uncertain (nothing with one GPU or NVLink and custom all-reduce; a third of the step
-on PCIe), so the step time is fitted once per prior scale of the settings' effects (``SETTING_SCALES``) and the fits
-are averaged, each weighted by its evidence (the marginal likelihood of the launches under that scale).
+enough to be overruled by a few launches), so every prediction has an uncertainty the search can weigh.
+
+``adaptive_settings`` (opt-in, ``sampler.adaptive_settings``) is for machines where the communication settings may
+matter a lot (PCIe, TP >= 4): every level gets an effect, the default ones too, so when speculation at the default
+settings is far slower than the tree's cost explains, part of the excess is put on the defaults and other levels
+become worth a launch; and how much the settings matter is learned: the step time is fitted once per prior scale
+of their effects (``SETTING_SCALES``) and the fits are averaged, each weighted by its evidence (the marginal
+likelihood of the launches under that scale). On the Kimi PCIe TP 8 profile this cut the restarts to 98 % from
+8.5 / 14 to 5.5 / 10.2 (median / p90); on the generated family, where most machines' settings matter little, it
+cost some (README, Benchmarks).
 """
 
 from __future__ import annotations
@@ -109,12 +112,12 @@ class BayesLinear:
 class ThroughputModel:
     """Accept length and step time over a candidate table; ``fit`` on observations, then ``draw`` log tok/s."""
 
-    def __init__(self, table: CandidateTable, concurrency: int, tp_size: int) -> None:
+    def __init__(self, table: CandidateTable, concurrency: int, tp_size: int, adaptive_settings: bool = False) -> None:
         self.table = table
         self.spec = table.spec.astype(float)
         self.acc_X = _accept_features(table)
         self.tree_X, tree_mean, tree_sd = _tree_features(table, concurrency)
-        self.main_X, self.pair_X = _setting_features(table)
+        self.main_X, self.pair_X = _setting_features(table, all_levels=adaptive_settings)
         # With one GPU there is no all-reduce: the settings cannot matter (still learned, from a tight prior).
         sd_main, sd_pair, sd_spec = (
             (0.01, 0.005, 0.005) if tp_size <= 1 else (SETTING_SD, SETTING_PAIR_SD, SETTING_SPEC_SD)
@@ -122,7 +125,7 @@ class ThroughputModel:
         nm, npair = self.main_X.shape[1], self.pair_X.shape[1]
         self.accept = BayesLinear(ACCEPT_PRIOR_MEAN, ACCEPT_PRIOR_SD)
         # one step-time regression per prior scale of the settings' effects, averaged by evidence (module doc)
-        scales = SETTING_SCALES if tp_size > 1 else (1.0,)
+        scales = SETTING_SCALES if tp_size > 1 and adaptive_settings else (1.0,)
         setting_sd = np.concatenate([np.full(nm, sd_main), np.full(npair, sd_pair), np.full(nm, sd_spec)])
         prior_mean = np.concatenate([tree_mean, np.zeros(nm + npair + nm)])
         self.steps = [BayesLinear(prior_mean, np.concatenate([tree_sd, setting_sd * s])) for s in scales]
@@ -225,13 +228,14 @@ def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray,
     return X, mean, sd
 
 
-def _setting_features(table: CandidateTable) -> tuple[np.ndarray, np.ndarray]:
-    """One-hot indicators of every level of every setting, and of every pair of levels of two settings (NCCL's
-    protocol only matters with custom all-reduce off, LL with Ring, ...)."""
+def _setting_features(table: CandidateTable, all_levels: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """One-hot indicators of every non-default level of every setting (every level with ``all_levels``), and of
+    every pair of such levels of two settings (NCCL's protocol only matters with custom all-reduce off, LL with
+    Ring, ...)."""
     cols: list[tuple[int, object]] = []
     for k in range(len(table.other_names)):
         levels = sorted({v[k] for v in table.other_values}, key=str)
-        cols += [(k, lv) for lv in levels]
+        cols += [(k, lv) for lv in levels if all_levels or lv != table.default_other[k]]
     V = table.other_values
     main = np.array([[1.0 if v[k] == lv else 0.0 for k, lv in cols] for v in V]).reshape(len(V), len(cols))
     pairs = [(a, b) for a in range(len(cols)) for b in range(a + 1, len(cols)) if cols[a][0] != cols[b][0]]
