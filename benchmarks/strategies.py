@@ -43,8 +43,9 @@ SCENARIOS = [
     ("glm-4.7-flash-h200", 1),
     ("glm-4.7-flash-h200", 32),
 ]
-#: "structured" is the default search ("structured-adaptive": with sampler.adaptive_settings); "tpe" the TPE set-up that was the default before it (baseline first, SGLang's
-#: default second, pre-check, dedup, constraints); "tpe-plain" and "random" are Optuna's samplers as they come.
+#: "structured" is the default search ("structured-adaptive": with sampler.adaptive_settings); "tpe" the TPE set-up
+#: that was the default before it (baseline first, SGLang's default second, pre-check, dedup, constraints);
+#: "tpe-plain" and "random" are Optuna's samplers as they come.
 STRATEGIES = ("structured", "structured-adaptive", "tpe", "random", "grid", "tpe-plain")
 WORKLOAD = dict(concurrency=1, max_tokens=256, warmup_requests=2, chunks=8, requests_per_chunk=4)
 

@@ -4,8 +4,9 @@ Each call fits ``ThroughputModel`` (accept length x step time, with the settings
 the failure model to every launch so far (complete and pruned ones; failures for feasibility; host faults never),
 scores every configuration of the space by expected improvement over the best measured tok/s (with
 ``adaptive_settings``: over the model's estimate of the best completed launch, so one launch measured a few per
-cent high by luck does not raise the bar), times the chance it boots and serves, and suggests the best. Launches still running are counted at the model's prediction (a
-"believer"), so with several idle hosts each gets a launch worth its boot rather than a copy of one guess.
+cent high by luck does not raise the bar), times the chance it boots and serves, and suggests the best. Launches
+still running are counted at the model's prediction (a "believer"), so with several idle hosts each gets a launch
+worth its boot rather than a copy of one guess.
 
 Being a ``BaseSampler``, it leaves storage, resume, optuna-dashboard, the report and the pruner unchanged. What it
 predicted for a launch is stored on the trial (``search:predicted_tok_per_s``, ``search:expected_gain``,
@@ -133,8 +134,8 @@ class StructuredSampler(optuna.samplers.BaseSampler):
                 allowed[:, [str(v[k]) == value for v in table.other_values]] = False
         if not allowed.any():
             return None
-        complete = [(o.i, o.j) for o in obs if not o.pruned]
-        if complete and self._adaptive:  # the bar: the model's estimate of the best launch, not its luckiest measure
+        complete = [(o.i, o.j) for o in obs if not o.pruned] if self._adaptive else []
+        if complete:  # the bar: the model's estimate of the best launch, not its luckiest measurement
             best = max(math.exp(model.mean_log_tps(i, j)) for i, j in complete)
         if best is None:  # nothing measured yet: the model's prior alone
             best = max(math.exp(model.mean_log_tps(i, j)) for i, j in zip(*np.nonzero(allowed)[:2]))

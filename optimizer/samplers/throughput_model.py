@@ -130,6 +130,7 @@ class ThroughputModel:
         prior_mean = np.concatenate([tree_mean, np.zeros(nm + npair + nm)])
         self.steps = [BayesLinear(prior_mean, np.concatenate([tree_sd, setting_sd * s])) for s in scales]
         self.step_weights = np.full(len(scales), 1.0 / len(scales))
+        self.step_mean = prior_mean  # the weighted posterior mean of the step-time weights, set by fit
         self.noise_scale = 1.0
 
     def step_row(self, i: int, j: int) -> np.ndarray:
@@ -159,14 +160,15 @@ class ThroughputModel:
             self.noise_scale = max(1.0, sd / STEP_NOISE_SD)
             if self.noise_scale > 1.2:
                 n = n * self.noise_scale
-        evidence = np.array([m.fit(X, y, n).log_evidence(X, y, n) for m in self.steps])
-        w = np.exp(evidence - evidence.max())
-        self.step_weights = w / w.sum()
+                base.fit(X, y, n)
+        for m in self.steps[1:]:
+            m.fit(X, y, n)
+        if len(self.steps) > 1:  # weigh the prior scales by their evidence
+            evidence = np.array([m.log_evidence(X, y, n) for m in self.steps])
+            w = np.exp(evidence - evidence.max())
+            self.step_weights = w / w.sum()
+        self.step_mean = sum(w * m.mean for w, m in zip(self.step_weights, self.steps))
         return self
-
-    @property
-    def step_mean(self) -> np.ndarray:
-        return sum(w * m.mean for w, m in zip(self.step_weights, self.steps))
 
     def accept_length(self, i: int) -> float:
         if not self.spec[i]:
