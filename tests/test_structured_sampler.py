@@ -218,7 +218,11 @@ def test_study_through_simulator_processes_reaches_the_optimum_of_a_small_space(
         {
             "study": "structured-e2e",
             "studies_dir": str(tmp_path / "studies"),
-            "server": {"command": sim_command(), "boot_timeout_s": 30},
+            # no launch-to-launch noise: the optimum (LL with Ring) is 3 % above LL alone, and with the profile's
+            # 1.8 % per boot two launches differ by 2.5 % (one sigma), so the best single launch can be the wrong
+            # one (it was, once, in a fresh-clone run). This test is about the search; launch noise is the
+            # confirmation's job (tests/test_confirm_e2e.py)
+            "server": {"command": [*sim_command(), "--sim-launch-noise", "0"], "boot_timeout_s": 30},
             "workload": {"max_tokens": 64, "chunks": 4, "requests_per_chunk": 2, "warmup_requests": 1},
             "budget": {"trials": 9},
             "sampler": {"name": "structured", "seed": 0},
