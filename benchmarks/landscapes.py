@@ -21,6 +21,9 @@ from optimizer.sim.model import Comm, Profile, Rule
 
 TUNING = tuple(range(0, 30))
 HELD_OUT = tuple(range(1000, 1030))
+#: more generator seeds, outside both halves, whose PCIe-only machines (TP > 2, no custom all-reduce) add to the
+#: tuning half's for the question of how much the NCCL settings matter there (``python -m benchmarks.run --only pcie``)
+PCIE_EXTRA = range(31, 101)
 LOADS = (1, 1, 1, 4, 8, 16, 32, 64)  # concurrency levels, weighted towards the single stream of the field report
 
 
@@ -150,3 +153,13 @@ def landscape(seed: int) -> Landscape:
 
 def family(seeds: tuple[int, ...]) -> list[Landscape]:
     return [landscape(s) for s in seeds]
+
+
+def pcie_only(land: Landscape) -> bool:
+    """More than two GPUs without NVLink: SGLang disables its custom all-reduce and NCCL carries every all-reduce."""
+    return land.profile.pcie_only_allreduce({})
+
+
+def pcie_only_seeds() -> tuple[int, ...]:
+    """The tuning half's PCIe-only landscapes, then those among ``PCIE_EXTRA``."""
+    return tuple(k for k in (*TUNING, *PCIE_EXTRA) if pcie_only(landscape(k)))

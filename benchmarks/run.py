@@ -3,6 +3,7 @@
 python -m benchmarks.run                 # everything (about 15 minutes on 2 cores)
 python -m benchmarks.run --seeds 5       # fewer seeds for the strategy comparison
 python -m benchmarks.run --only strategies,loop
+python -m benchmarks.run --only pcie     # the settings models on generated PCIe-only machines (not in the default)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
 SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level")
+OPTIONAL = ("pcie",)  # run only when named in --only
 
 
 def log(msg: str) -> None:
@@ -39,6 +42,29 @@ def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
         compare_family("tuning", TUNING, log=log, strategies=fam),
         compare_family("held-out", HELD_OUT, log=log, strategies=fam),
     ]
+    return out
+
+
+def section_pcie() -> dict[str, Any]:
+    """The settings models on generated PCIe-only machines (the tuning half's and PCIE_EXTRA's), 2 seeds each, with
+    the default's runs compared one by one against each other model's."""
+    from benchmarks.landscapes import pcie_only_seeds
+    from benchmarks.strategies import compare_family
+
+    strategies = ("structured", "structured-fixed", "structured-adaptive")
+    out = compare_family("pcie-only", pcie_only_seeds(), runs_per_landscape=2, log=log, strategies=strategies)
+    mine = out["strategies"]["structured"]["restarts_each"]
+    for other in strategies[1:]:
+        theirs = out["strategies"][other]["restarts_each"]
+        out["strategies"][other]["against_default"] = cmp = {
+            "default_better": sum(a < b for a, b in zip(mine, theirs)),
+            "default_worse": sum(a > b for a, b in zip(mine, theirs)),
+            "mean_restarts": [statistics.fmean(mine), statistics.fmean(theirs)],
+        }
+        log(
+            f"  default against {other}: better in {cmp['default_better']} runs, worse in {cmp['default_worse']}; "
+            f"mean restarts {cmp['mean_restarts'][0]:.2f} against {cmp['mean_restarts'][1]:.2f}"
+        )
     return out
 
 
@@ -64,8 +90,9 @@ def section_loop(work: Path) -> dict[str, Any]:
 
 
 def section_hosts(work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from benchmarks.landscapes import TUNING
     from benchmarks.loop import trials_per_hour
-    from benchmarks.strategies import wall_clock_by_hosts
+    from benchmarks.strategies import wall_clock_by_hosts, wall_clock_family
 
     measured = trials_per_hour(work)
     for n, v in measured.items():
@@ -75,7 +102,9 @@ def section_hosts(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         )
     # With real boot times (10-15 min restarts): wall-clock to 98 % on the model's clock, 1, 2 and 4 hosts.
     model = {p: wall_clock_by_hosts(p, seeds=args.host_seeds, log=log) for p in ("kimi-k2.5-8x-rtxpro6000",)}
-    return {"measured": measured, "model_clock": model}
+    log("  tuning landscapes (one run each):")
+    family = wall_clock_family(TUNING, log=log)
+    return {"measured": measured, "model_clock": model, "family_clock": family}
 
 
 def section_client() -> dict[str, Any]:
@@ -242,6 +271,14 @@ def print_table(results: dict[str, Any]) -> None:
                     f"  {n} host(s): {w['wall_h_median']:.2f} h (x{w['wall_fraction_of_one_host']:.2f}), "
                     f"restarts {w['restarts_median']:.1f}"
                 )
+    f = results.get("hosts", {}).get("family_clock")
+    if f:
+        log(f"\nWall-clock to 98% with 1, 2, 4 hosts ({len(f['landscapes'])} tuning landscapes, median)")
+        for n, w in f["hosts"].items():
+            log(
+                f"  {n} host(s): {w['wall_h_median']:.2f} h (x{w['wall_fraction_of_one_host']:.2f}; per landscape "
+                f"x{w['landscape_fraction_median']:.2f}), restarts {w['restarts_median']:.1f}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -283,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                 log_to_driver=False,
                 configure_logging=False,
             )
-        for name in SECTIONS:
+        for name in SECTIONS + OPTIONAL:
             if name not in only:
                 continue
             log(f"== {name}")
@@ -302,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = section_e2e(work, args)
             elif name == "per_level":
                 results[name] = section_per_level(args)
+            elif name == "pcie":
+                results[name] = section_pcie()
             elif name == "confirmation":
                 results[name] = section_confirmation(args)
             results.setdefault("section_seconds", {})[name] = round(time.time() - t0, 1)

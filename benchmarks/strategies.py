@@ -43,10 +43,10 @@ SCENARIOS = [
     ("glm-4.7-flash-h200", 1),
     ("glm-4.7-flash-h200", 32),
 ]
-#: "structured" is the default search ("structured-adaptive": with sampler.adaptive_settings); "tpe" the TPE set-up
+#: "structured" is the default search (sampler.adaptive_settings "auto"; "-adaptive": true, "-fixed": false); "tpe" the TPE set-up
 #: that was the default before it (baseline first, SGLang's default second, pre-check, dedup, constraints);
 #: "tpe-plain" and "random" are Optuna's samplers as they come.
-STRATEGIES = ("structured", "structured-adaptive", "tpe", "random", "grid", "tpe-plain")
+STRATEGIES = ("structured", "structured-fixed", "structured-adaptive", "tpe", "random", "grid", "tpe-plain")
 WORKLOAD = dict(concurrency=1, max_tokens=256, warmup_requests=2, chunks=8, requests_per_chunk=4)
 
 
@@ -122,8 +122,8 @@ def _config(strategy: str, seed: int, budget: int, concurrency: int) -> Any:
     }
     if strategy in ("structured", "tpe"):
         data["sampler"]["name"] = strategy
-    elif strategy == "structured-adaptive":
-        data["sampler"].update(name="structured", adaptive_settings=True)
+    elif strategy in ("structured-adaptive", "structured-fixed"):
+        data["sampler"].update(name="structured", adaptive_settings=strategy == "structured-adaptive")
     elif strategy == "random":
         data["sampler"]["name"] = "random"
         data["pruner"] = {"name": "none"}
@@ -282,6 +282,7 @@ def summarize(runs: list[dict[str, Any]], cap: float) -> dict[str, Any]:
     return {
         "restarts_median": _pct(restarts, 0.5, cap),
         "restarts_p90": _pct(restarts, 0.9, cap),
+        "restarts_each": [cap if r is None else r for r in restarts],
         "reached": sum(r is not None for r in restarts),
         "runs": len(runs),
         "wall_h_median": _pct(walls, 0.5, wall_cap) / 3600,
@@ -304,6 +305,7 @@ def compare(
     budgets = budgets or {
         "structured": 40,
         "structured-adaptive": 40,
+        "structured-fixed": 40,
         "tpe": 40,
         "tpe-plain": 40,
         "random": 150,
@@ -346,7 +348,7 @@ def compare(
     return out
 
 
-FAMILY_STRATEGIES = ("structured", "structured-adaptive", "tpe", "random", "tpe-plain")
+FAMILY_STRATEGIES = ("structured", "structured-fixed", "structured-adaptive", "tpe", "random", "tpe-plain")
 
 
 def compare_family(
@@ -396,6 +398,15 @@ def compare_family(
     return out
 
 
+def _by_hosts(runs: dict[int, list[dict[str, Any]]], budget: int) -> dict[str, dict[str, Any]]:
+    """``summarize`` per number of hosts, with each one's median wall-clock as a fraction of one host's."""
+    hosts = {str(n): summarize(rs, budget + 1) for n, rs in runs.items()}
+    one = hosts["1"]["wall_h_median"]
+    for v in hosts.values():
+        v["wall_fraction_of_one_host"] = v["wall_h_median"] / one if one else float("nan")
+    return hosts
+
+
 def wall_clock_by_hosts(
     profile: str, seeds: int = 10, budget: int = 40, log=print, strategy: str = "structured"
 ) -> dict[str, Any]:
@@ -404,15 +415,54 @@ def wall_clock_by_hosts(
     space = space_for(profile)
     tr = truth(profile, space, 1)
     out: dict[str, Any] = {"profile": profile, "strategy": strategy, "seeds": seeds, "hosts": {}}
-    for n in (1, 2, 4):
-        runs = [run_driver(profile, 1, strategy, seed, budget, space, tr, hosts=n) for seed in range(seeds)]
-        out["hosts"][str(n)] = summarize(runs, budget + 1)
-    one = out["hosts"]["1"]["wall_h_median"]
+    runs = {
+        n: [run_driver(profile, 1, strategy, seed, budget, space, tr, hosts=n) for seed in range(seeds)]
+        for n in (1, 2, 4)
+    }
+    out["hosts"] = _by_hosts(runs, budget)
     for n, v in out["hosts"].items():
-        v["wall_fraction_of_one_host"] = v["wall_h_median"] / one if one else float("nan")
         log(
             f"  {n} host(s): wall-clock to 98 % {v['wall_h_median']:.2f} h (x{v['wall_fraction_of_one_host']:.2f} of one "
             f"host), restarts median {v['restarts_median']:.1f}, reached {v['reached']}/{seeds}"
+        )
+    return out
+
+
+def wall_clock_family(
+    seeds: tuple[int, ...], run_seed: int = 0, budget: int = 30, log=print, strategy: str = "structured"
+) -> dict[str, Any]:
+    """Wall-clock to 98 % with 1, 2 and 4 hosts over generated landscapes (one run each, their own boot times and
+    launch noise), median over the landscapes; also the median of each landscape's own 4-host fraction."""
+    from benchmarks.landscapes import landscape
+
+    out: dict[str, Any] = {"landscapes": list(seeds), "run_seed": run_seed, "strategy": strategy, "hosts": {}}
+    runs: dict[int, list[dict[str, Any]]] = {1: [], 2: [], 4: []}
+    for k in seeds:
+        land = landscape(k)
+        space = space_for(land.profile)
+        tr = truth(land.profile, space, land.concurrency)
+        for n, rs in runs.items():
+            rs.append(
+                run_driver(
+                    land.profile,
+                    land.concurrency,
+                    strategy,
+                    run_seed,
+                    budget,
+                    space,
+                    tr,
+                    hosts=n,
+                    launch_noise=land.launch_noise,
+                )
+            )
+    walls = {n: [r["wall_s"] or r["clock_s"] for r in rs] for n, rs in runs.items()}
+    out["hosts"] = _by_hosts(runs, budget)
+    for n, v in out["hosts"].items():
+        v["landscape_fraction_median"] = statistics.median(b / a for a, b in zip(walls[1], walls[int(n)]))
+        log(
+            f"  {n} host(s): wall-clock to 98 % {v['wall_h_median']:.2f} h (x{v['wall_fraction_of_one_host']:.2f}; "
+            f"per landscape x{v['landscape_fraction_median']:.2f}), restarts median {v['restarts_median']:.1f}, "
+            f"reached {v['reached']}/{len(seeds)}"
         )
     return out
 

@@ -271,6 +271,7 @@ class Confirmer:
             extra_args=list(cfg.server.extra_args),
             server_env=dict(cfg.server.env),
             boot_timeout_s=cfg.server.boot_timeout_s,
+            dist_init_timeout_s=cfg.server.dist_init_timeout_s,
             poll_s=cfg.server.poll_s,
             stop_timeout_s=cfg.server.stop_timeout_s,
             study=cfg.study,

@@ -4,8 +4,9 @@
   compared with what the trial asked for (``optimizer.alarms.server_changes``).
 - A greedy check: a few fixed prompts at temperature 0, short outputs; a digest of each output's text lets the
   alarms compare every speculative trial with the baseline (speculative decoding is lossless at temperature 0).
-- The host: GPU and driver (``nvidia-smi``), CPU model, load and cores, and the NCCL version when the server log
-  shows it, since a winner holds for the machine it was measured on.
+- The host: GPU and driver (``nvidia-smi``), CPU model, load and cores, the NCCL version when the server log
+  shows it, and whether SGLang found the GPUs PCIe-only (it disables custom all-reduce and says so), since a winner
+  holds for the machine it was measured on (and the structured sampler reads the last one).
 
 Every probe tolerates a server or host that does not answer: it returns what it could read.
 """
@@ -22,6 +23,8 @@ from typing import Any
 import httpx
 
 from .loadgen.workload import BUILTIN_PATH
+from .sglang.logs import PCIE_ONLY_ALLREDUCE
+from .study import records as R
 
 GREEDY_PROMPTS = 4
 GREEDY_MAX_TOKENS = 32
@@ -89,7 +92,8 @@ def greedy_digests(base_url: str, model: str | None = None, timeout_s: float = 6
 
 
 def host_facts(run: Callable[[str], tuple[int, str, str]] | None = None, log_text: str = "") -> dict[str, Any]:
-    """GPU(s), driver, CPU model, 1-minute load and cores of the host, and NCCL's version from the server log."""
+    """GPU(s), driver, CPU model, 1-minute load and cores of the host; NCCL's version and ``pcie_only`` (SGLang
+    disabled custom all-reduce on more than two GPUs without NVLink) from the server log."""
     if run is None:
         run = _run_local
     try:
@@ -120,6 +124,8 @@ def host_facts(run: Callable[[str], tuple[int, str, str]] | None = None, log_tex
     m = NCCL_RE.search(log_text or "")
     if m:
         facts["nccl"] = m.group(1)
+    if PCIE_ONLY_ALLREDUCE.rstrip(".") in (log_text or ""):
+        facts[R.PCIE_ONLY] = True
     return facts
 
 

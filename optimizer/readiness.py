@@ -17,7 +17,7 @@ import httpx
 from .errors import BootError
 from .hosts.base import ServerHandle
 from .sglang import endpoints
-from .sglang.logs import BOOT_PHASES, FATAL_PATTERNS
+from .sglang.logs import BOOT_PHASES, DIST_INIT_END, FATAL_PATTERNS
 
 
 def log_tail(path: Path, max_bytes: int = 4000) -> str:
@@ -47,6 +47,7 @@ class LogWatcher:
         self.phases: dict[str, float] = {}
         self.fatal: tuple[str, str] | None = None
         self.fatal_rank = len(FATAL_PATTERNS)
+        self.dist_init_ended = False
 
     def poll(self) -> None:
         try:
@@ -63,6 +64,8 @@ class LogWatcher:
         self.partial = lines.pop()
         now = time.time() - self.t0
         for line in lines:
+            if DIST_INIT_END in line:
+                self.dist_init_ended = True
             for name, needle in BOOT_PHASES:
                 if name not in self.phases and needle in line:
                     self.phases[name] = round(now, 3)
@@ -92,8 +95,12 @@ def wait_ready(
     fatal_grace_s: float = 1.0,
     cancel: Callable[[], bool] | None = None,
     on_phase: Callable[[str], None] | None = None,
+    dist_init_timeout_s: float | None = None,
 ) -> Ready:
     """Block until ``/health`` is 200; raise BootError(kind=crash|fatal|timeout|cancelled) otherwise.
+
+    With ``dist_init_timeout_s``, a boot whose log began the distributed init that long ago and never ended it is a
+    hang (NCCL init logs nothing more): it ends then, not at ``boot_timeout_s``.
 
     After a fatal line the server gets ``fatal_grace_s`` to exit by itself (SGLang's launcher kills its tree), so
     the reason and the log tail are complete; the caller stops it either way.
@@ -123,6 +130,19 @@ def wait_ready(
                     raise BootError(_reason(kind, line, None), kind=kind, log_tail=log_tail(server.log_path))
             if cancel is not None and cancel():
                 raise BootError("stopped while booting", kind="cancelled", log_tail=log_tail(server.log_path))
+            began = watcher.phases.get("dist_init")
+            if (
+                dist_init_timeout_s is not None
+                and began is not None
+                and not watcher.dist_init_ended
+                and time.time() - t0 - began > dist_init_timeout_s
+            ):
+                raise BootError(
+                    f"no '{DIST_INIT_END}' {dist_init_timeout_s:.0f} s after the distributed init began (a hang at "
+                    "NCCL init)",
+                    kind="timeout",
+                    log_tail=log_tail(server.log_path),
+                )
             if time.time() > deadline:
                 raise BootError(
                     f"not ready after {boot_timeout_s:.0f} s (no fatal line: a hang, e.g. at NCCL init)",

@@ -7,6 +7,7 @@
     server:
       command: [python3, -m, sglang.launch_server]      # default: the bundled simulator
       boot_timeout_s: 1800
+      dist_init_timeout_s: 300                           # a NCCL init hang ends here, not at the boot timeout
     hosts: hosts.yaml                                    # default: one local host
     workload: {concurrency: 1, max_tokens: 256, chunks: 4, requests_per_chunk: 8}
     budget: {trials: 30, time_s: 28800}
@@ -51,6 +52,9 @@ class ServerConfig(_Strict):
     #: Extra flags for every trial (e.g. --enable-metrics); the space's ``fixed`` flags come on top.
     extra_args: list[str] = Field(default_factory=list)
     boot_timeout_s: float = Field(default=1800.0, gt=0)
+    #: A boot that began the distributed init this long ago and never ended it is a hang (NCCL init logs nothing
+    #: more): it is stopped then rather than at ``boot_timeout_s``. Null: only ``boot_timeout_s``.
+    dist_init_timeout_s: float | None = Field(default=300.0, gt=0)
     poll_s: float = Field(default=0.25, gt=0, le=10)
     stop_timeout_s: float = Field(default=30.0, gt=0)
     #: Repeat the baseline at the end to measure drift? Off by default (each restart is expensive).
@@ -75,9 +79,18 @@ class SamplerConfig(_Strict):
     #: left); None = spend the whole budget
     stop_below_gain: float | None = Field(default=None, gt=0, lt=1)
     #: structured sampler only: learn how much the communication settings matter instead of assuming they matter a
-    #: little (for PCIe machines with TP >= 4, where NCCL's protocol can change the verify step by a third; see
-    #: optimizer/samplers/throughput_model.py). Off by default: it costs restarts where the settings matter little.
-    adaptive_settings: bool = False
+    #: little (see optimizer/samplers/throughput_model.py). "auto": while a launch's log has shown that SGLang found
+    #: more than two GPUs without NVLink (PCIe-only: NCCL carries every all-reduce, and its protocol can change the
+    #: verify pass by a third) and speculation at the default settings measured slower than no speculation;
+    #: true / false: always / never (where the settings matter little it costs restarts).
+    adaptive_settings: bool | Literal["auto"] = "auto"
+
+    @field_validator("adaptive_settings", mode="before")
+    @classmethod
+    def _true_false_or_auto(cls, v: Any) -> Any:
+        if v is True or v is False or v == "auto":
+            return v
+        raise ValueError(f"must be true, false or auto, not {v!r}")
 
 
 class PrunerConfig(_Strict):

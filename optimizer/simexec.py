@@ -23,6 +23,7 @@ from .loadgen.workload import Workload
 from .sglang.logs import SHUTDOWN_S as STOP_S
 from .sim.model import BOOT_FAILURES, Profile, nccl_warn_lines
 from .sim.profiles import load_profile
+from .study import records as R
 from .trial import TrialSpec
 
 CATEGORY_MIX = {"chat": 0.25, "code": 0.25, "math": 0.25, "summarization": 0.25}
@@ -68,6 +69,7 @@ class ModelExecutor:
         self.trial_host: dict[int, str] = {}
         self.level_results: dict[int, list[tuple[float, int, dict[str, Any]]]] = {}  # trial -> (t, level, metrics)
         self.accept: dict[int, float | None] = {}
+        self.host_facts: dict[int, dict[str, Any]] = {}  # what the probes would read from the simulator's log
         self.ledger = Ledger()
         self.events = self  # the driver reads events.get(timeout=...)
 
@@ -89,6 +91,13 @@ class ModelExecutor:
 
     def shutdown(self) -> None:
         pass
+
+    def _hang_s(self, spec: TrialSpec, ev: Any) -> float:
+        """How long a NCCL init hang holds the host: until the readiness check gives up on the distributed init
+        (``dist_init_timeout_s`` after its begin line, which ``ev.boot_s`` reaches), or at the boot timeout."""
+        if spec.dist_init_timeout_s is None:
+            return self.boot_timeout_s
+        return min(self.boot_timeout_s, ev.boot_s + spec.dist_init_timeout_s)
 
     def _push(self, t: float, ev: Any) -> None:
         heapq.heappush(self.heap, (t, next(self.seq), ev))
@@ -116,7 +125,7 @@ class ModelExecutor:
         self._push(t0, PhaseEvent(trial=n, host=host, phase="starting", t=t0))
         result = TrialResult(trial=n, host=host, status="complete", t_start=t0)
         if ev.failure in BOOT_FAILURES:
-            wait = self.boot_timeout_s if ev.failure == "nccl_hang" else ev.boot_s
+            wait = self._hang_s(spec, ev) if ev.failure == "nccl_hang" else ev.boot_s
             t_end = t0 + wait + STOP_S
             self.ledger.boot_s += wait
             # the kind the real readiness check gives each (a NCCL capture failure reads "Capture cuda graph failed")
@@ -184,6 +193,7 @@ class ModelExecutor:
         self.pending_chunks[n] = schedule
         self.level_results[n] = levels_done
         self.accept[n] = ev.accept_length if ev.triple else None
+        self.host_facts[n] = {R.PCIE_ONLY: True} if self.profile.pcie_only_allreduce(flags) else {}
         if crashed:
             result.status, result.kind = "infeasible", "crash_serving"
             result.reason = f"crash_serving: {ev.message}"[:300]
@@ -195,6 +205,7 @@ class ModelExecutor:
                 "failed": 0,
                 "chunks_run": len(all_values),
                 "true_tok_per_s": ev.tok_per_s,
+                R.HOST_FACTS: self.host_facts[n],
             }
             if w.multi_level:
                 result.metrics["levels"] = {str(c): m for _, c, m in levels_done}
@@ -246,7 +257,7 @@ class ModelExecutor:
         self.ledger.launches = [x for x in self.ledger.launches if x[0] != trial]
         res = TrialResult(trial=trial, host=host, status="pruned", t_end=t_end)
         # a pruned server still answered /get_server_info: its accept length so far is known
-        res.metrics = {"accept_length": self.accept.get(trial)}
+        res.metrics = {"accept_length": self.accept.get(trial), R.HOST_FACTS: self.host_facts.get(trial, {})}
         done = [(c, m) for t, c, m in self.level_results.get(trial, []) if t <= self.clock]
         if self.workload.multi_level and done:
             res.metrics["levels"] = {str(c): m for c, m in done}

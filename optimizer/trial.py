@@ -40,6 +40,7 @@ class TrialSpec:
     extra_args: list[str] = field(default_factory=list)
     server_env: dict[str, str] = field(default_factory=dict)
     boot_timeout_s: float = 1800.0
+    dist_init_timeout_s: float | None = None
     poll_s: float = 0.25
     stop_timeout_s: float = 30.0
     study: str = ""
@@ -105,6 +106,7 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
             ready = wait_ready(
                 server,
                 boot_timeout_s=spec.boot_timeout_s,
+                dist_init_timeout_s=spec.dist_init_timeout_s,
                 poll_s=spec.poll_s,
                 t0=t_start,
                 cancel=controls.cancel.is_set,

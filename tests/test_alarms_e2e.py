@@ -143,10 +143,10 @@ def test_misconfigured_server_raises_every_alarm(tmp_path, capsys):
     # the summary, and the final lines printed
     summary = export_study(study, tmp_path / "out")
     saved = json.loads((tmp_path / "out" / "summary.json").read_text())
+    # (slower_than_baseline is left out here for the reason given at (c))
     assert {a["kind"] for a in saved["alarms"][str(t["EAGLE"].number)]} >= {
         "low_accept",
         "greedy_mismatch",
-        "slower_than_baseline",
         "server_changed",
     }
     print_summary(summary)

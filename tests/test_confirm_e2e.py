@@ -36,14 +36,14 @@ EAGLE3_S3 = {
 }
 
 
-def study_file(tmp_path: Path, initial: list[dict], noise: float, top: int) -> Path:
+def study_file(tmp_path: Path, initial: list[dict], noise: float, top: int, step_scale: float = 1.0) -> Path:
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
     study = {
         "study": "confirm",
         "studies_dir": str(tmp_path / "studies"),
         "space": str(tmp_path / "space.yaml"),
         "server": {
-            "command": sim_command(LLAMA, step_scale=1.0) + ["--sim-launch-noise", str(noise)],
+            "command": sim_command(LLAMA, step_scale=step_scale) + ["--sim-launch-noise", str(noise)],
             "boot_timeout_s": 30,
         },
         "workload": {"concurrency": 1, "max_tokens": 32, "chunks": 2, "requests_per_chunk": 2, "warmup_requests": 1},
@@ -123,16 +123,25 @@ def test_significant_gain_through_the_confirm_command(tmp_path, capsys):
 
 def test_equivalent_pair_after_a_study(tmp_path, capsys):
     # two configurations differing only in NCCL settings, which a one-GPU model does not use: truly equal.
-    # Their tok/s intervals overlap: equivalent.
+    # Their tok/s intervals overlap: equivalent. Decode steps 4x the profile's keep the client's own timing jitter
+    # on a busy 2-core machine (a few ms a request) small against the launch: with the profile's 6 ms steps, two
+    # equal servers once measured 5 % apart over three launches each. Even with independent noise, two 95 %
+    # intervals from three launches each miss each other about 1 % of the time (a t-test at |t| > 3.5 on 6
+    # degrees of freedom), so a second study in its own folder decides a miss; the verdict must name both.
     ll = dict(EAGLE3_S3, NCCL_PROTO="LL")
-    path = study_file(tmp_path, [EAGLE3_S3, ll], noise=0.0, top=2)
-    assert cli.main(["optimize", "--config", str(path), "--executor", "thread", "--plain"]) == 0
-    out = capsys.readouterr().out
-    result = load(tmp_path).user_attrs[RESULT_ATTR]
-    assert sorted(result["equivalent_trials"]) == [1, 2]
+    for attempt in range(2):
+        folder = tmp_path / f"attempt{attempt}"
+        folder.mkdir()
+        path = study_file(folder, [EAGLE3_S3, ll], noise=0.0, top=2, step_scale=4.0)
+        assert cli.main(["optimize", "--config", str(path), "--executor", "thread", "--plain"]) == 0
+        out = capsys.readouterr().out
+        result = load(folder).user_attrs[RESULT_ATTR]
+        if sorted(result["equivalent_trials"]) == [1, 2]:
+            break
+    assert sorted(result["equivalent_trials"]) == [1, 2], [(a["label"], a["runs"]) for a in result["arms"]]
     assert result["significant_gain"] is True
     assert "equivalent within the noise: trial" in out
-    s = summary(tmp_path)
+    s = summary(folder)
     assert s["best"]["confirmed"] and s["best"]["trial"] in (1, 2)
     assert len(result["arms"]) == 3 and all(a["launches"] == 3 for a in result["arms"])
 

@@ -165,6 +165,29 @@ def test_servers_crashing_by_themselves_become_recorded_trials(tmp_path):
     assert not list((cfg.study_dir / "hosts").glob("*/run/*.json"))
 
 
+def test_nccl_init_hang_is_stopped_at_the_dist_init_timeout(tmp_path):
+    """A NCCL init hang logs nothing after 'Init torch distributed begin.': the readiness check stops it
+    ``dist_init_timeout_s`` later, long before the boot timeout, the trial is recorded as a timeout with that reason
+    and the study goes on; a healthy boot with the same short limit is not cut (its distributed init ends)."""
+    cfg = make_cfg(
+        tmp_path,
+        "faults-dist-init",
+        initial=[HANG, GOOD],
+        budget={"trials": 3},
+        server={"command": sim_command(), "boot_timeout_s": 600, "dist_init_timeout_s": 2},
+    )
+    space = parse_space(SPACE, "faults.yaml")
+    hosts = [local_host("local")]
+    trials = run_study(cfg, space, hosts, ThreadExecutor(hosts, cfg.study_dir.absolute()), Recorder())
+    by = {json.dumps(t.params, sort_keys=True): t for t in trials if t.params}
+    hang = by[json.dumps(HANG, sort_keys=True)].user_attrs
+    assert hang["outcome"] == "infeasible" and hang["failure_kind"] == "timeout", hang
+    assert "no 'Init torch distributed ends' 2 s after the distributed init began" in hang["failure_reason"]
+    assert hang["log_tail"].rstrip().endswith("Init torch distributed begin.")
+    assert by[json.dumps(GOOD, sort_keys=True)].user_attrs["outcome"] == "complete"
+    assert not wait_gone(cfg.study)
+
+
 def test_server_killed_at_each_phase(tmp_path):
     """SIGKILL the server's process group while it boots, warms up and serves the benchmark."""
     plan = {0: "booting", 1: "warming_up", 2: "benchmarking"}

@@ -111,6 +111,40 @@ def test_evidence_decides_how_much_the_settings_matter(ll_factor):
     assert abs(gain * ll_factor - 1) < 0.05, gain
 
 
+@pytest.mark.parametrize("groups", [True, False])
+def test_a_gain_measured_with_ll128_carries_over_to_ll(groups, monkeypatch):
+    """LL and LL128 are NCCL's low-latency protocols: once LL128 has measured 20 % faster steps than the default,
+    LL (never launched) is expected faster too, Simple (never launched, not of the group) only what the untuned
+    default lost. Without the group, LL would sit with Simple (the check that the group does it)."""
+    import optimizer.samplers.throughput_model as tm
+
+    if not groups:
+        monkeypatch.setattr(tm, "SETTING_GROUPS", {})
+    data = {**SPACE, "parameters": dict(SPACE["parameters"])}
+    data["parameters"]["NCCL_PROTO"] = {"type": "categorical", "choices": ["unset", "LL", "LL128", "Simple"]}
+    table = build_table(parse_space(data, "small.yaml"))
+    L, step_ms, _ = _synthetic_truth(table)
+    proto = table.other_names.index("NCCL_PROTO")
+    factor = np.array([0.8 if v[proto] == "LL128" else 1.0 for v in table.other_values])
+    tps = L[:, None] / (step_ms[:, None] * factor[None, :]) * 1000
+    j0 = table.other_values.index(table.default_other)
+    like = {
+        p: next(j for j, v in enumerate(table.other_values) if v[proto] == p and v[1] == "unset")
+        for p in ("LL", "LL128", "Simple")
+    }
+    chains = [i for i in range(len(table.trees)) if table.spec[i] and table.trees[i][1] == 1]
+    seen = [(chains[0], j0), (chains[2], j0), (chains[2], like["LL128"]), (chains[4], like["LL128"])]
+    obs = [Observation(i, j, float(tps[i, j]), float(L[i])) for i, j in seen]
+    model = ThroughputModel(table, concurrency=1, tp_size=8, adaptive_settings=True).fit(obs)
+    i = chains[3]
+    gain = {p: math.exp(model.mean_log_tps(i, j) - model.mean_log_tps(i, j0)) for p, j in like.items()}
+    assert gain["LL128"] > 1.2, gain
+    if groups:  # LL shares part of LL128's gain; Simple only what the untuned default lost
+        assert gain["LL"] > 1.05 * gain["Simple"], gain
+    else:
+        assert abs(gain["LL"] / gain["Simple"] - 1) < 0.01, gain
+
+
 def test_failure_model_learns_out_of_memory_boundary_and_a_fatal_setting():
     space = parse_space(SPACE, "small.yaml")
     table = build_table(space)
@@ -168,6 +202,42 @@ def test_sampler_never_repeats_a_launch_and_keeps_several_hosts_on_different_con
     assert space.candidate({**first, "NCCL_PROTO": "unset", "NCCL_ALGO": "unset"}).key() not in keys
 
 
+def test_a_running_launch_raises_the_bar_in_every_draw():
+    # Measured: 1 draft step at 80 tok/s. Left: 3 steps (the prior expects far more of it) with NCCL_PROTO unset or
+    # LL, and 1 step with LL. With 3 steps / unset still running, 3 steps / LL rises and falls with it in every
+    # posterior draw, so it is worth only what LL may add (a few per cent), not what 3 steps may add over 80 tok/s.
+    small = {
+        "name": "bar",
+        "fixed": {"model-path": "m", "speculative-draft-model-path": "d", "tp-size": 8},
+        "parameters": {
+            "speculative-algorithm": {"type": "categorical", "choices": ["EAGLE3"]},
+            "speculative-num-steps": {"type": "categorical", "choices": [1, 3]},
+            "speculative-eagle-topk": {"type": "categorical", "choices": [1]},
+            "NCCL_PROTO": {"type": "categorical", "choices": ["unset", "LL"]},
+        },
+    }
+    space = parse_space(small, "bar.yaml")
+    one = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 1, "speculative-eagle-topk": 1}
+    three = {**one, "speculative-num-steps": 3}
+
+    def gain_of_the_next(running: bool) -> tuple[dict, float]:
+        sampler = StructuredSampler(space, concurrency=1, seed=0)
+        study = _study_with(space, sampler, [({**one, "NCCL_PROTO": "unset"}, 80.0, 1.7)])
+        if running:  # a host is still serving 3 steps / unset
+            study.enqueue_trial({**three, "NCCL_PROTO": "unset"})
+            trial = study.ask()
+            trial.set_user_attr("flags", dict(space.suggest(trial).flags))
+        trial = study.ask()
+        space.suggest(trial)
+        return trial.params, study.get_trials(deepcopy=False)[trial.number].user_attrs[EXPECTED_GAIN]
+
+    params, alone = gain_of_the_next(running=False)
+    assert params["speculative-num-steps"] == 3 and alone > 0.2  # 3 steps is expected to beat 80 tok/s by far
+    params, beside = gain_of_the_next(running=True)
+    assert params == {**three, "NCCL_PROTO": "LL"} or params["speculative-num-steps"] == 1, params
+    assert beside < 0.06, beside  # only LL's own prior effect is left to gain
+
+
 def test_make_sampler_by_name_keeps_tpe_selectable():
     space = parse_space(SPACE, "small.yaml")
     cfg = parse_study({"study": "s", "sampler": {"name": "structured", "seed": 0}}, "s.yaml")
@@ -178,12 +248,81 @@ def test_make_sampler_by_name_keeps_tpe_selectable():
     cfg = parse_study({"study": "s", "sampler": {"adaptive_settings": True}}, "s.yaml")
     sampler = make_sampler(cfg, space)
     table = build_table(space)
-    adaptive = ThroughputModel(table, 1, 8, sampler._adaptive)
+    adaptive = ThroughputModel(table, 1, 8, sampler.adaptive)
     plain = ThroughputModel(table, 1, 8)
     assert len(adaptive.steps) == 3 and len(plain.steps) == 1
     assert adaptive.main_X.shape[1] == plain.main_X.shape[1] + len(table.other_names)
-    with pytest.raises(ConfigError, match="sampler.adaptive_settings"):
+    with pytest.raises(ConfigError, match="sampler.adaptive_settings: .*must be true, false or auto, not .maybe."):
         parse_study({"study": "s", "sampler": {"adaptive_settings": "maybe"}}, "s.yaml")
+
+
+def test_settings_become_adaptive_on_a_pcie_only_box_where_untuned_speculation_loses():
+    """By default ("auto") the settings model is the plain one until two signs hold: a launch's host facts say that
+    SGLang found more than two GPUs without NVLink (read from its log by optimizer.probes), and speculation at the
+    default settings measured slower than no speculation. Then it is the adaptive one."""
+    from optimizer import probes
+    from optimizer.samplers.structured import ADAPTIVE
+    from optimizer.sglang.logs import PCIE_ONLY_ALLREDUCE
+
+    # the fact, as the probe reads it from a server log
+    line = f"[2026-12-01 06:00:00 TP3] {PCIE_ONLY_ALLREDUCE} To silence this warning, specify ..."
+    assert probes.host_facts(lambda c: (0, "", ""), "boot\n" + line + "\nready")["pcie_only"] is True
+    assert "pcie_only" not in probes.host_facts(lambda c: (0, "", ""), "boot\nready")
+    # the simulator logs it as SGLang does: more than two GPUs without NVLink, custom all-reduce not disabled by flag
+    kimi, llama = load_profile(KIMI), load_profile("llama-3.1-8b-h100")
+    assert kimi.pcie_only_allreduce({}) and not kimi.pcie_only_allreduce({"disable-custom-all-reduce": True})
+    assert not llama.pcie_only_allreduce({})
+
+    space = parse_space(SPACE, "small.yaml")
+    sampler = make_sampler(parse_study({"study": "s"}, "s.yaml"), space)
+    untuned = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 3, "speculative-eagle-topk": 1}
+    study = _study_with(space, sampler, [({**untuned, "NCCL_PROTO": "unset", "NCCL_ALGO": "unset"}, 80.0, 2.4)])
+
+    def launch(value, facts, baseline=False):
+        trial = study.ask()
+        if baseline:
+            trial.set_user_attr("baseline", True)
+            trial.set_user_attr("baseline_params", space.baseline_params())
+            trial.set_user_attr("flags", dict(space.baseline().flags))
+        else:
+            trial.set_user_attr("flags", dict(space.suggest(trial).flags))
+        adaptive = study.get_trials(deepcopy=False)[trial.number].user_attrs.get(ADAPTIVE)
+        trial.set_user_attr("launched", True)
+        trial.set_user_attr("outcome", "complete")
+        trial.set_user_attr("host_facts", facts)
+        study.tell(trial, value)
+        return adaptive
+
+    pcie = {"gpu": "8x NVIDIA RTX PRO 6000", "pcie_only": True}
+    launch(90.0, {"gpu": "8x NVIDIA H200"}, baseline=True)  # untuned speculation (80) loses
+    assert launch(85.0, pcie) is False and not sampler.adaptive  # chosen before any PCIe sign; both hold from now
+    assert launch(88.0, pcie) is True and sampler.adaptive
+    # told "false", the facts change nothing
+    fixed = StructuredSampler(space, seed=0, adaptive_settings=False)
+    assert fixed.choose(build_table(space), study.get_trials()) is not None and not fixed.adaptive
+    # on a PCIe-only box --disable-custom-all-reduce changes nothing (SGLang disabled custom all-reduce itself), so
+    # the sampler launches only its default there
+    with_car = parse_space(
+        {
+            **SPACE,
+            "parameters": {
+                **SPACE["parameters"],
+                "disable-custom-all-reduce": {"type": "categorical", "choices": [False, True]},
+            },
+        },
+        "car.yaml",
+    )
+    car_sampler = StructuredSampler(with_car, seed=0)
+    table = build_table(with_car)
+    k = table.other_names.index("disable-custom-all-reduce")
+    picks = [table.other_values[car_sampler.choose(table, study.get_trials(), exclude=-1)[0][1]][k] for _ in range(5)]
+    assert picks == [False] * 5
+    # where untuned speculation beats no speculation, the settings are not what holds it back
+    study = _study_with(space, make_sampler(parse_study({"study": "s"}, "s.yaml"), space), [])
+    launch(70.0, pcie, baseline=True)
+    study.enqueue_trial({**untuned, "NCCL_PROTO": "unset", "NCCL_ALGO": "unset"})
+    launch(80.0, pcie)
+    assert launch(75.0, pcie) is False
 
 
 E2E_SPACE = {
@@ -242,6 +381,11 @@ def test_study_through_simulator_processes_reaches_the_optimum_of_a_small_space(
     # every model-chosen launch says what the model expected of it
     chosen = [t for t in launched if not t.user_attrs.get("baseline") and not t.user_attrs.get("warm_start")]
     assert chosen and all(PREDICTED in t.user_attrs for t in chosen)
+    # the simulated PCIe box logs SGLang's warning that custom all-reduce is unsupported; the probe reads it, and
+    # once a launch has reported it the sampler learns how much the NCCL settings matter
+    baseline = next(t for t in launched if t.user_attrs.get("baseline"))
+    assert baseline.user_attrs["host_facts"]["pcie_only"] is True
+    assert chosen[-1].user_attrs["search:adaptive_settings"] is True
 
 
 def test_study_stops_launching_when_the_model_is_confident():
@@ -266,7 +410,11 @@ def test_study_stops_launching_when_the_model_is_confident():
         study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg, space))
         ex = ModelExecutor(KIMI, ["h0"], cfg.workload, seed=0)
         Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lines.append), study=study).run()
-        return sum(1 for t in study.get_trials() if t.user_attrs.get("launched")), lines
+        launched = [t for t in study.get_trials() if t.user_attrs.get("launched")]
+        # the in-process executor reports what the probe reads from the simulator's log: Kimi's box is PCIe-only
+        served = [t for t in launched if t.user_attrs.get("outcome") in ("complete", "pruned")]
+        assert served and all(t.user_attrs["host_facts"]["pcie_only"] for t in served)
+        return len(launched), lines
 
     spent, _ = run(None)
     assert spent == 12

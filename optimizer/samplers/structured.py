@@ -3,14 +3,21 @@
 Each call fits ``ThroughputModel`` (accept length x step time, with the settings' factor apart from the tree) and
 the failure model to every launch so far (complete and pruned ones; failures for feasibility; host faults never),
 scores every configuration of the space by expected improvement over the best measured tok/s (with
-``adaptive_settings``: over the model's estimate of the best completed launch, so one launch measured a few per
-cent high by luck does not raise the bar), times the chance it boots and serves, and suggests the best. Launches
-still running are counted at the model's prediction (a "believer"), so with several idle hosts each gets a launch
-worth its boot rather than a copy of one guess.
+adaptive settings: over the model's estimate of the best completed launch, so one launch measured a few per cent
+high by luck does not raise the bar), times the chance it boots and serves, and suggests the best. Adaptive
+settings (``sampler.adaptive_settings``, ``ThroughputModel``) are on by default while two signs hold: a launch's
+log showed that SGLang found the GPUs PCIe-only (more than two without NVLink: NCCL carries every all-reduce), and
+speculation at the default settings measured slower than no speculation (as in the field report, where NCCL tuning
+made the difference). On a PCIe-only box ``--disable-custom-all-reduce`` changes nothing (SGLang has disabled it
+already), so only its default is launched there. Launches
+still running are counted at the model's prediction (a "believer") to refit the model, and the bar each candidate
+must beat is, in every posterior draw, the best measured or a running launch's value in that draw, whichever is
+higher (expected improvement over the batch, with the running launches integrated over the model's uncertainty);
+so with several idle hosts each gets a launch worth its boot rather than a copy of one guess.
 
 Being a ``BaseSampler``, it leaves storage, resume, optuna-dashboard, the report and the pruner unchanged. What it
 predicted for a launch is stored on the trial (``search:predicted_tok_per_s``, ``search:expected_gain``,
-``search:p_feasible``), so the dashboard shows why a configuration was launched.
+``search:p_feasible``, ``search:adaptive_settings``), so the dashboard shows why a configuration was launched.
 """
 
 from __future__ import annotations
@@ -40,11 +47,14 @@ LOCALITY = 0.15
 #: with launches still running, expected gain is also discounted by (1 - exp(-SPREAD x distance to the nearest
 #: running launch)): measured on the Kimi profile with 4 hosts (8 seeds), wall-clock to 98 % fell from 0.78 to 0.62 h
 SPREAD = 1.0
+#: on a PCIe-only box SGLang has disabled its custom all-reduce itself, so this flag changes nothing there
+CAR = "disable-custom-all-reduce"
 #: asks in a row whose best expected gain is below ``stop_below_gain`` before the sampler calls itself confident
 CONFIDENT_ASKS = 2
 PREDICTED = "search:predicted_tok_per_s"
 EXPECTED_GAIN = "search:expected_gain"
 P_FEASIBLE = "search:p_feasible"
+ADAPTIVE = "search:adaptive_settings"  # whether the model that chose the launch learned how much settings matter
 
 
 class StructuredSampler(optuna.samplers.BaseSampler):
@@ -58,7 +68,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         n_draws: int = N_DRAWS,
         locality: float = LOCALITY,
         stop_below_gain: float | None = None,
-        adaptive_settings: bool = False,
+        adaptive_settings: bool | str = "auto",
     ) -> None:
         self._space = space
         self._concurrency = concurrency
@@ -73,7 +83,10 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self.last_expected_gain: float | None = None
         self._stop_below_gain = stop_below_gain
         self._low_gain_asks = 0
-        self._adaptive = adaptive_settings
+        if adaptive_settings not in (True, False, "auto"):
+            raise ValueError(f"adaptive_settings must be true, false or 'auto', not {adaptive_settings!r}")
+        self._adaptive_settings = adaptive_settings
+        self.adaptive = adaptive_settings is True  # what the last choice used ("auto": set by each choice)
 
     @property
     def confident(self) -> bool:
@@ -113,38 +126,50 @@ class StructuredSampler(optuna.samplers.BaseSampler):
     # ------------------------------------------------------------------ the choice
     def choose(
         self, table: CandidateTable, trials: list[FrozenTrial], exclude: int = -1
-    ) -> tuple[tuple[int, int], dict[str, float]] | None:
+    ) -> tuple[tuple[int, int], dict[str, float | bool]] | None:
         obs, failures, served, taken, pending, best, fatal = _collect(table, trials, exclude)
         served = [loc for loc in served if table.spec[loc[0]]] or served
-        model = ThroughputModel(table, self._concurrency, self._tp, self._adaptive).fit(obs)
+        pcie_only = any(_pcie_only(t) for t in trials)
+        if self._adaptive_settings == "auto":
+            self.adaptive = pcie_only and _speculation_loses_untuned(table, obs)
+        model = ThroughputModel(table, self._concurrency, self._tp, self.adaptive).fit(obs)
         if pending:  # believer: count running launches at the model's prediction, then refit
             fantasies = [
                 Observation(i, j, math.exp(model.mean_log_tps(i, j)), model.accept_length(i)) for i, j in pending
             ]
             model.fit(obs + fantasies)
-            taken = taken | set(pending)
+        taken = taken | set(pending)
         p_ok = feasible_probability(table, failures, served)
         allowed = table.valid.copy()
         allowed[~table.spec] = False  # the driver measures the baseline itself
         for i, j in taken:
             allowed[i, j] = False
+        if pcie_only and CAR in table.other_names:  # launch only its default: the other level is the same server
+            k = table.other_names.index(CAR)
+            allowed[:, [v[k] != table.default_other[k] for v in table.other_values]] = False
         for name, value in fatal:  # a setting whose log proved it fatal on its own (the driver skips it anyway)
             if name in table.other_names:
                 k = table.other_names.index(name)
                 allowed[:, [str(v[k]) == value for v in table.other_values]] = False
         if not allowed.any():
             return None
-        complete = [(o.i, o.j) for o in obs if not o.pruned] if self._adaptive else []
+        complete = [(o.i, o.j) for o in obs if not o.pruned] if self.adaptive else []
         if complete:  # the bar: the model's estimate of the best launch, not its luckiest measurement
             best = max(math.exp(model.mean_log_tps(i, j)) for i, j in complete)
-        if best is None:  # nothing measured yet: the model's prior alone
+        if best is None and not pending:  # nothing measured or running yet: the model's prior alone
             best = max(math.exp(model.mean_log_tps(i, j)) for i, j in zip(*np.nonzero(allowed)[:2]))
         near = _proximity(table, served + list(pending), self._locality)
         if pending:  # idle hosts spread out: a launch right next to one still running teaches little more
             near = near * (1.0 - _proximity(table, list(pending), SPREAD))
         tree, settings, settings_spec = model.draw(self._n_draws, self._rng)
         spec = table.spec.astype(float)
-        log_best = math.log(best)
+        # The bar in each posterior draw: the best measured, or a running launch's value in that draw if higher.
+        # A candidate that rises and falls with a running launch then gains little in every draw (batch expected
+        # improvement with the running launches integrated over the posterior, not fixed at its mean).
+        log_best = np.full(tree.shape[1], -np.inf if best is None else math.log(best))
+        if pending:
+            running = [tree[i] - settings[j] - spec[i] * settings_spec[j] for i, j in pending]
+            log_best = np.maximum(log_best, np.max(running, axis=0))
         score = np.full(allowed.shape, -1.0)
         ei_all = np.zeros(allowed.shape)
         for a in range(0, len(tree), TREE_CHUNK):
@@ -168,6 +193,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             PREDICTED: round(math.exp(model.mean_log_tps(i, j)), 3),
             EXPECTED_GAIN: round(float(ei_all[i, j]), 5),
             P_FEASIBLE: round(float(p_ok[i, j]), 3),
+            ADAPTIVE: self.adaptive,
         }
         return (i, j), info
 
@@ -224,6 +250,20 @@ def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
         elif outcome == R.INFEASIBLE and ua.get(R.LAUNCHED) and ua.get(R.FAILURE_KIND) not in ("precheck", None):
             failures.append(Failure(*loc, kind=str(ua.get(R.FAILURE_KIND))))
     return obs, failures, served, taken, pending, best, fatal
+
+
+def _speculation_loses_untuned(table: CandidateTable, obs: list[Observation]) -> bool:
+    """Every speculative launch at the default settings so far was slower than no speculation (the field report's
+    sign that the all-reduces, not the tree, hold speculation back)."""
+    default = table.other_values.index(table.default_other)
+    base = [o.tok_per_s for o in obs if not table.spec[o.i] and not o.pruned and o.tok_per_s]
+    untuned = [o.tok_per_s for o in obs if table.spec[o.i] and o.j == default and o.tok_per_s]
+    return bool(base and untuned and max(untuned) < max(base))
+
+
+def _pcie_only(trial: FrozenTrial) -> bool:
+    facts = trial.user_attrs.get(R.HOST_FACTS)
+    return isinstance(facts, dict) and bool(facts.get(R.PCIE_ONLY))
 
 
 def _distributions(space: SearchSpace) -> dict[str, BaseDistribution]:

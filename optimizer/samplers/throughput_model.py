@@ -15,18 +15,21 @@ Throughput is tokens accepted per verify step over the time of one step:
   1-token decode (the field report: NCCL tuning helped the verify pass, not plain decoding).
   The step time of a launch is read from its measured tok/s and accept length, so a launch teaches ``t`` whatever
   its tree, and the settings' factor is learned from a few launches and then combined with the best tree.
+  Levels that mean alike share an effect besides their own (``SETTING_GROUPS``: LL and LL128, NCCL's low-latency
+  protocols), so a gain measured with LL128 makes LL, never launched, worth a launch too.
 
 Both parts are Bayesian linear regressions with Gaussian priors (published curves and costs as prior means, wide
 enough to be overruled by a few launches), so every prediction has an uncertainty the search can weigh.
 
-``adaptive_settings`` (opt-in, ``sampler.adaptive_settings``) is for machines where the communication settings may
-matter a lot (PCIe, TP >= 4): every level gets an effect, the default ones too, so when speculation at the default
+``adaptive_settings`` is for machines where the communication settings may matter a lot (PCIe-only, TP > 2, and
+untuned speculation slower than none; the sampler turns it on when both show, ``sampler.adaptive_settings``):
+every level gets an effect, the default ones too, so when speculation at the default
 settings is far slower than the tree's cost explains, part of the excess is put on the defaults and other levels
 become worth a launch; and how much the settings matter is learned: the step time is fitted once per prior scale
 of their effects (``SETTING_SCALES``) and the fits are averaged, each weighted by its evidence (the marginal
 likelihood of the launches under that scale). On the Kimi PCIe TP 8 profile this cut the restarts to 98 % from
-8.5 / 14 to 5.5 / 10.2 (median / p90); on the generated family, where most machines' settings matter little, it
-cost some (README, Benchmarks).
+8.5 / 14 to 5.5 / 10.2 (median / p90); on generated machines where the settings matter little it cost restarts
+(README, Benchmarks), which is why it waits for those signs.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ SETTING_PAIR_SD = 0.02
 SETTING_SPEC_SD = 0.06  # how much more speculation's verify pass may feel a setting than plain decoding
 #: multipliers of the settings' prior spread, one step-time regression each (weighted by evidence)
 SETTING_SCALES = (1.0, 2.5, 5.0)
+#: levels that share an effect besides their own, so a gain measured with one carries over in part to the others:
+#: LL and LL128 are NCCL's low-latency protocols, the ones made for decoding's small all-reduces (docs/search.md)
+SETTING_GROUPS = {"NCCL_PROTO": (("LL", "LL128"),)}
 PRUNED_NOISE_FACTOR = 2.0  # a pruned launch measured fewer chunks
 
 
@@ -230,16 +236,21 @@ def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray,
     return X, mean, sd
 
 
+def _holds(value: object, level: object) -> bool:
+    return value in level if isinstance(level, frozenset) else value == level
+
+
 def _setting_features(table: CandidateTable, all_levels: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """One-hot indicators of every non-default level of every setting (every level with ``all_levels``), and of
     every pair of such levels of two settings (NCCL's protocol only matters with custom all-reduce off, LL with
     Ring, ...)."""
     cols: list[tuple[int, object]] = []
-    for k in range(len(table.other_names)):
+    for k, name in enumerate(table.other_names):
         levels = sorted({v[k] for v in table.other_values}, key=str)
         cols += [(k, lv) for lv in levels if all_levels or lv != table.default_other[k]]
+        cols += [(k, frozenset(g)) for g in SETTING_GROUPS.get(name, ()) if len(set(g) & set(levels)) > 1]
     V = table.other_values
-    main = np.array([[1.0 if v[k] == lv else 0.0 for k, lv in cols] for v in V]).reshape(len(V), len(cols))
+    main = np.array([[1.0 if _holds(v[k], lv) else 0.0 for k, lv in cols] for v in V]).reshape(len(V), len(cols))
     pairs = [(a, b) for a in range(len(cols)) for b in range(a + 1, len(cols)) if cols[a][0] != cols[b][0]]
     pair = np.array([[main[j, a] * main[j, b] for a, b in pairs] for j in range(len(V))]).reshape(len(V), len(pairs))
     return main, pair

@@ -111,15 +111,10 @@ def serve(argv: list[str]) -> int:
             else ""
         )
         log(w + extra)
-    if (
-        profile.tp_size > 1
-        and profile.comm is not None
-        and not profile.comm.car_supported
-        and not flags.get("disable-custom-all-reduce")
-    ):
+    if profile.pcie_only_allreduce(flags):
         log(
-            "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. To silence "
-            "this warning, specify disable_custom_all_reduce=True explicitly."
+            sglang_logs.PCIE_ONLY_ALLREDUCE
+            + " To silence this warning, specify disable_custom_all_reduce=True explicitly."
         )
     for name in opts.unknown:
         log(f"Simulator: flag --{name} accepted and not modelled.")

@@ -524,8 +524,10 @@ class Profile:
         )
 
     def _boot_until_failure(self, flags: Mapping[str, Any], kind: str) -> float:
+        """Seconds from launch until the failure shows: the end of the phase that fails, or for a NCCL init hang
+        the begin line of the distributed init, logged right after the server args, after which nothing comes."""
         stop = {
-            "nccl_hang": "init_distributed",
+            "nccl_hang": "server_args",
             "oom": "memory_pool",
             "cuda_graph": "capture_prefill",
             "nccl_invalid": "capture_prefill",
@@ -538,6 +540,16 @@ class Profile:
         return total
 
     # ------------------------------------------------------------------ noisy measurements
+    def pcie_only_allreduce(self, flags: Mapping[str, Any]) -> bool:
+        """Whether SGLang logs that custom all-reduce is unsupported (``sglang.logs.PCIE_ONLY_ALLREDUCE``): more
+        than two GPUs not all linked by NVLink, and custom all-reduce not disabled by flag."""
+        return bool(
+            self.tp_size > 2
+            and self.comm is not None
+            and not self.comm.car_supported
+            and not _truthy(flags.get("disable-custom-all-reduce"))
+        )
+
     def launch_factor(self, rng: np.random.Generator) -> float:
         """One launch's multiplicative speed factor, spread ``launch_noise`` (clipped at 4 sigma)."""
         s = max(0.0, self.launch_noise)

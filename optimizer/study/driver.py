@@ -257,6 +257,7 @@ class Driver:
             extra_args=list(server.extra_args),
             server_env=dict(server.env),
             boot_timeout_s=server.boot_timeout_s,
+            dist_init_timeout_s=server.dist_init_timeout_s,
             poll_s=server.poll_s,
             stop_timeout_s=server.stop_timeout_s,
             study=self.cfg.study,

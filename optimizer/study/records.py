@@ -46,7 +46,8 @@ SERVER_CHANGES = "server_changes"  # [{flag, asked, running, source[, why, concu
 SERVER_ATTENTION_BACKEND = "server_attention_backend"
 SERVER_VERSION = "server_version"
 GREEDY_DIGESTS = "greedy_digests"  # prompt id -> digest of its greedy output's first characters
-HOST_FACTS = "host_facts"  # {gpu, driver, cpu, load_1m, cpus, nccl}
+HOST_FACTS = "host_facts"  # {gpu, driver, cpu, load_1m, cpus, nccl, pcie_only}
+PCIE_ONLY = "pcie_only"  # in HOST_FACTS: True when SGLang found more than two GPUs not all linked by NVLink
 LEVELS = "levels"  # {"<concurrency>": {tok_per_s, ttft/itl/e2e percentiles, accept_length, complete, ...}}
 
 # Values of OUTCOME.
