@@ -1,6 +1,6 @@
 """`make bench`: the efficiency benchmark. Prints a table and writes studies/bench/results.json.
 
-python -m benchmarks.run                 # everything (about 15 minutes on 2 cores)
+python -m benchmarks.run                 # everything (about 80 minutes on 2 cores; README)
 python -m benchmarks.run --seeds 5       # fewer seeds for the strategy comparison
 python -m benchmarks.run --only strategies,loop
 python -m benchmarks.run --only pcie     # the settings models on generated PCIe-only machines (not in the default)
