@@ -1,0 +1,293 @@
+"""The out-of-family landscape generator (benchmarks/landscapes_ood.py) and the near-identical streak share."""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+
+import numpy as np
+import optuna
+import pytest
+import yaml
+
+from benchmarks import landscapes, landscapes_ood
+from benchmarks.landscapes_ood import HELD_OUT, TUNING, landscape
+from benchmarks.out_of_family import run_one
+from benchmarks.strategies import ROOT, space_for, truth
+from benchmarks.streaks import near_identical, near_identical_streak_share, rows
+from optimizer.simexec import CATEGORY_MIX
+from optimizer.space import parse_space
+
+warnings.filterwarnings("ignore")
+optuna.logging.set_verbosity(logging.ERROR)
+
+FIXED = {"max-running-requests": 64, "cuda-graph-max-bs": 64}
+
+
+def eagle3(steps: int, topk: int, draft: int, **extra) -> dict:
+    return {
+        "speculative-algorithm": "EAGLE3",
+        "speculative-draft-model-path": "generated/draft",
+        "speculative-num-steps": steps,
+        "speculative-eagle-topk": topk,
+        "speculative-num-draft-tokens": draft,
+        **FIXED,
+        **extra,
+    }
+
+
+_TRUTH: dict[int, dict] = {}
+
+
+def truth_of(seed: int) -> dict:
+    if seed not in _TRUTH:
+        land = landscape(seed)
+        _TRUTH[seed] = truth(land.profile, space_for(land.profile), land.concurrency)
+    return _TRUTH[seed]
+
+
+def col(tr: dict, **want) -> np.ndarray:
+    """Columns (settings) of the truth table whose values match ``want`` (by parameter name)."""
+    table = tr["table"]
+    idx = [table.other_names.index(k) for k in want]
+    return np.array([all(v[i] == w for i, w in zip(idx, want.values())) for v in table.other_values])
+
+
+# ---------------------------------------------------------------------- the split and determinism
+def test_split_is_fixed_and_disjoint_from_the_first_family() -> None:
+    assert TUNING == tuple(range(2000, 2030)) and HELD_OUT == tuple(range(3000, 3030))
+    ours = set(TUNING) | set(HELD_OUT)
+    theirs = set(landscapes.TUNING) | set(landscapes.HELD_OUT) | set(landscapes.PCIE_EXTRA)
+    assert len(ours) == 60 and not ours & theirs and not set(TUNING) & set(HELD_OUT)
+
+
+def test_deterministic_per_seed_and_different_across_seeds() -> None:
+    a, b, c = landscape(2003), landscape(2003), landscape(2004)
+    assert a.profile.draw == b.profile.draw and a.concurrency == b.concurrency and a.launch_noise == b.launch_noise
+    assert a.profile.draw != c.profile.draw
+    f = eagle3(4, 4, 16)
+    ea = a.profile.evaluate(f, {}, a.concurrency, CATEGORY_MIX)
+    eb = b.profile.evaluate(f, {}, b.concurrency, CATEGORY_MIX)
+    assert ea == eb and ea.tok_per_s > 0
+
+
+def test_launch_noise_is_five_to_twenty_percent() -> None:
+    sigmas = [landscape(s).launch_noise for s in TUNING + HELD_OUT]
+    assert all(0.05 <= s <= 0.20 for s in sigmas)
+    assert max(sigmas) > 0.15 and min(sigmas) < 0.07
+
+
+def test_not_the_first_familys_forms() -> None:
+    """The profile overrides the simulator's step time, acceptance and failures (its base coefficients are unused)."""
+    prof = landscape(2000).profile
+    assert isinstance(prof, landscapes_ood.OODProfile)
+    for name in ("step_times", "accept_length", "failure", "pcie_only_allreduce"):
+        assert getattr(type(prof), name) is not getattr(landscapes_ood.Profile, name), name
+    assert prof.rules == () and prof.comm is None
+
+
+# ---------------------------------------------------------------------- truth and the kinds the family claims
+@pytest.mark.parametrize("seed", [2006, 2007, 2021])
+def test_truth_finite_optimum_at_least_baseline_and_inside_the_space(seed: int) -> None:
+    tr = truth_of(seed)
+    assert math.isfinite(tr["optimum"]) and tr["optimum"] > 0
+    assert tr["baseline"] > 0 and tr["optimum"] >= tr["baseline"]
+    assert tr["valid"] > 10000
+    land = landscape(seed)
+    # the baseline and SGLang's default tree at default settings serve
+    assert land.profile.evaluate(FIXED, {}, land.concurrency).ok
+    assert land.profile.evaluate(eagle3(3, 1, 4), {}, land.concurrency, CATEGORY_MIX).ok
+
+
+def test_a_tree_optimum_and_a_chain_optimum_and_a_baseline_optimum() -> None:
+    tree = truth_of(2007)
+    i, _ = tree["optimum_ij"]
+    assert tree["table"].trees[i][1] > 1, tree["optimum_config"]
+    chain = truth_of(2006)
+    i, _ = chain["optimum_ij"]
+    assert chain["table"].spec[i] and chain["table"].trees[i][1] == 1, chain["optimum_config"]
+    base = truth_of(2021)
+    i, _ = base["optimum_ij"]
+    assert not base["table"].spec[i] and base["optimum"] == pytest.approx(base["baseline"])
+
+
+def test_trees_that_never_pay() -> None:
+    """A drafter whose alternatives are almost never right: the best tree is below the best chain."""
+    land = landscape(2006)
+    assert land.profile.draw.sib_true < 0.1
+    tr = truth_of(2006)
+    topk = tr["table"].trees[:, 1]
+    spec = tr["table"].spec
+    assert tr["values"][spec & (topk == 1)].max() > 1.02 * tr["values"][spec & (topk > 1)].max()
+
+
+def test_settings_decide_the_result_on_a_pcie_box() -> None:
+    """TP 8 over PCIe without P2P (custom all-reduce unsupported): at default settings speculation barely matches
+    the baseline; with the right NCCL setting it gains a third."""
+    land = landscape(2005)
+    assert land.profile.tp_size == 8 and land.profile.draw.link == "pcie_shm"
+    assert land.profile.pcie_only_allreduce(eagle3(3, 1, 4)) and not land.profile.draw.car_supported
+    tr = truth_of(2005)
+    table = tr["table"]
+    default = table.other_values.index(table.default_other)
+    assert tr["values"][:, default].max() < 1.01 * tr["baseline"]
+    assert tr["optimum"] > 1.25 * tr["values"][:, default].max()
+
+
+def test_custom_all_reduce_off_plus_an_nccl_setting_is_the_optimum() -> None:
+    """NVLink, TP 2: with custom all-reduce on the NCCL protocol changes little; the optimum turns it off and sets
+    NCCL, and beats every configuration with custom all-reduce on and the NCCL defaults with it off."""
+    land = landscape(2004)
+    assert land.profile.draw.link == "nvlink" and land.profile.tp_size == 2
+    prof, c = land.profile, land.concurrency
+
+    def tps(car_off: bool, proto: str | None) -> float:
+        env = {"NCCL_PROTO": proto} if proto else {}
+        return prof.evaluate(eagle3(3, 1, 4, **{"disable-custom-all-reduce": car_off}), env, c, CATEGORY_MIX).tok_per_s
+
+    on = [tps(False, p) for p in (None, "LL", "LL128", "Simple")]
+    off = [tps(True, p) for p in (None, "LL", "LL128", "Simple")]
+    assert max(on) / min(on) < 1.03
+    assert max(off) / min(off) > 1.07
+
+    tr = truth_of(2004)
+    table = tr["table"]
+    j = tr["optimum_ij"][1]
+    k = table.other_names.index("disable-custom-all-reduce")
+    assert table.other_values[j][k] is True
+    car_on = col(tr, **{"disable-custom-all-reduce": False})
+    off_default = col(
+        tr,
+        **{"disable-custom-all-reduce": True, "NCCL_PROTO": "unset", "NCCL_ALGO": "unset", "NCCL_P2P_LEVEL": "unset"},
+    )
+    assert tr["optimum"] > 1.05 * tr["values"][:, car_on].max()
+    assert tr["optimum"] > 1.01 * tr["values"][:, off_default].max()
+
+
+def test_non_monotone_chain_and_oom_on_big_trees() -> None:
+    prof = landscape(2003).profile
+    m = prof.draw.dip_depth
+    assert m == 4
+    L = [prof.mixed_accept_length("EAGLE3", (s, 1, s + 1), CATEGORY_MIX)[0] for s in range(1, 9)]
+    assert max(L) > L[-1] + 0.05  # a deeper chain accepts less
+    fail = landscape(2000).profile.failure(eagle3(8, 8, 64), {})
+    assert fail[0] == "oom"
+    assert landscape(2000).profile.failure(eagle3(3, 1, 4), {})[0] is None
+
+
+def test_fatal_nccl_combinations() -> None:
+    prof = landscape(2000).profile  # TP 8, PCIe without P2P: Tree is invalid, SYS hangs the init
+    assert prof.failure(eagle3(3, 1, 4), {"NCCL_ALGO": "Tree"})[0] == "nccl_invalid"
+    assert prof.failure(eagle3(3, 1, 4), {"NCCL_P2P_LEVEL": "SYS"})[0] == "nccl_hang"
+    assert prof.failure(FIXED, {"NCCL_ALGO": "Ring"})[0] is None
+    crash = landscape(2005).profile.failure(eagle3(3, 1, 4), {"NCCL_PROTO": "LL128"})
+    assert crash[0] == "crash_serving" and 6 <= crash[2] <= 29
+
+
+def test_the_family_is_diverse() -> None:
+    """Cheap facts over all 60 draws (no truth tables): machines, loads, tree gains, failures."""
+    draws = [landscape(s) for s in TUNING + HELD_OUT]
+    links = {x.profile.draw.link for x in draws}
+    assert links == {"none", "nvlink", "pcie_p2p", "pcie_shm"}
+    assert {x.concurrency for x in draws} >= {1, 8, 32, 64}
+    assert sum(x.profile.draw.sib_true < 0.1 for x in draws) >= 8
+    assert sum(x.profile.draw.dip_depth > 0 for x in draws) >= 5
+    assert (
+        sum(x.profile.draw.crash_tree is not None or x.profile.draw.crash_chain_steps is not None for x in draws) >= 15
+    )
+
+
+# ---------------------------------------------------------------------- a server that dies while serving
+def _small_space(prof, steps: list[int]):
+    data = yaml.safe_load((ROOT / "search_spaces" / "eagle3.yaml").read_text())
+    data["fixed"].update(
+        {
+            "model-path": prof.model_path,
+            "speculative-draft-model-path": prof.draft_model_path,
+            "tp-size": prof.tp_size,
+            "attention-backend": prof.default_attention,
+        }
+    )
+    data["architecture"] = prof.architecture
+    data["parameters"] = {
+        "speculative-algorithm": {"type": "categorical", "choices": ["EAGLE3"]},
+        "speculative-num-steps": {"type": "categorical", "choices": steps},
+        "speculative-eagle-topk": {"type": "categorical", "choices": [1]},
+        "disable-custom-all-reduce": {"type": "categorical", "choices": [False]},
+    }
+    data["constraints"] = []
+    return parse_space(data, "small")
+
+
+def test_crash_after_a_few_dozen_requests_fails_through_the_executor() -> None:
+    """Landscape 2021's chains of 6 or more steps boot, serve some requests, then die: the driver records them as
+    infeasible crash_serving after the executor measured chunks, while the 5-step chain completes."""
+    land = landscape(2021)
+    prof = land.profile
+    assert prof.draw.crash_chain_steps == 6
+    kind, _, n, _ = prof.failure(eagle3(6, 1, 7), {})
+    assert kind == "crash_serving" and 6 <= n <= 29
+    space = _small_space(prof, [5, 6, 7])
+    tr = truth(prof, space, land.concurrency)
+    r = run_one(land, "random", 0, 3, space, tr)
+    seen = r["launches_seen"]
+    assert len(seen) == 3
+    by_steps = {tree[0]: status for tree, _, status in seen}
+    assert by_steps == {5: "complete", 6: "infeasible", 7: "infeasible"}
+    assert r["final_true"] > 0  # the incumbent is the 5-step chain, the one that served
+
+
+def test_launches_from_a_real_study_and_its_streak_share() -> None:
+    land = landscape(2009)
+    r = run_one(land, "random", 0, 6)
+    seen = r["launches_seen"]
+    assert len(seen) == r["launches"] == 6
+    for tree, settings, status in seen:
+        assert tree is None or (len(tree) == 3 and all(isinstance(x, int) for x in tree))
+        assert isinstance(settings, tuple) and len(settings) == 4
+        assert status in ("complete", "pruned", "infeasible")
+    assert 0.0 <= r["streak_share"] <= 1.0
+
+
+# ---------------------------------------------------------------------- the streak measure on hand-made sequences
+S0 = (False, "unset", "unset", "unset")
+S1 = (True, "LL", "unset", "unset")
+
+
+def L(steps: int, topk: int, draft: int, status: str = "pruned", settings=S0):
+    return ((steps, topk, draft), settings, status)
+
+
+def test_near_identical_definition() -> None:
+    assert near_identical(L(3, 8, 10), L(4, 8, 15))
+    assert not near_identical(L(3, 8, 10), L(5, 8, 10))  # steps 2 apart
+    assert not near_identical(L(3, 8, 10), L(3, 8, 16))  # draft x1.6
+    assert not near_identical(L(3, 8, 10), L(3, 4, 10))  # topk differs
+    assert not near_identical(L(3, 8, 10), L(3, 8, 10, settings=S1))  # settings differ
+    assert near_identical((None, S0, "complete"), (None, S0, "complete"))
+    assert not near_identical((None, S0, "complete"), L(1, 1, 2))
+
+
+def test_streak_share_on_hand_made_sequences() -> None:
+    assert near_identical_streak_share([]) == 0.0
+    # the issue's pattern: topk-8 trees with draft tokens stepping one at a time, all pruned
+    drift = [L(4, 8, d) for d in range(7, 22)]
+    assert rows(drift) == [(0, 15)]
+    assert near_identical_streak_share(drift) == 1.0
+    start = [(None, S0, "complete"), L(3, 1, 4, "complete")]
+    assert near_identical_streak_share(start + drift) == pytest.approx(15 / 17)
+    # four in a row is not a streak
+    four = [L(4, 8, d) for d in (10, 11, 12, 13)]
+    assert near_identical_streak_share(start + four + [L(2, 2, 4)]) == 0.0
+    # five, one of them completed: four counted, the completed one does not break the row
+    five = [L(4, 8, 10), L(4, 8, 11), L(4, 8, 12, "complete"), L(4, 8, 13, "infeasible"), L(4, 8, 14, "failed")]
+    assert near_identical_streak_share(five + [L(1, 1, 2, "complete")] * 1) == pytest.approx(4 / 6)
+    # a change of settings in the middle breaks the row into 3 + 3
+    split = [L(4, 8, 10)] * 3 + [L(4, 8, 10, settings=S1)] * 3
+    assert near_identical_streak_share(split) == 0.0
+    # alternating far-apart configurations never make a row
+    alt = [L(2, 1, 3), L(6, 8, 40)] * 5
+    assert near_identical_streak_share(alt) == 0.0
+    # a custom minimum row length
+    assert near_identical_streak_share(four, min_run=4) == 1.0
