@@ -29,12 +29,14 @@ import numpy as np
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
+from scipy.special import ndtr
 
 from ..space import CategoricalParam, IntParam, SearchSpace
 from ..study import records as R
+from . import calibration as C
 from .candidates import CandidateTable, build_table
 from .feasibility import Failure, feasible_probability
-from .throughput_model import Observation, ThroughputModel
+from .throughput_model import CAR, Observation, ThroughputModel
 
 N_DRAWS = 96
 TREE_CHUNK = 128
@@ -47,11 +49,12 @@ LOCALITY = 0.15
 #: with launches still running, expected gain is also discounted by (1 - exp(-SPREAD x distance to the nearest
 #: running launch)): measured on the Kimi profile with 4 hosts (8 seeds), wall-clock to 98 % fell from 0.78 to 0.62 h
 SPREAD = 1.0
-#: on a PCIe-only box SGLang has disabled its custom all-reduce itself, so this flag changes nothing there
-CAR = "disable-custom-all-reduce"
 #: asks in a row whose best expected gain is below ``stop_below_gain`` before the sampler calls itself confident
 CONFIDENT_ASKS = 2
-PREDICTED = "search:predicted_tok_per_s"
+#: launches measured before the explorer's TPE leaves random sampling (it only runs once the model was wrong)
+EXPLORER_STARTUP = 4
+TOKENS_PER_CHUNK = "tokens_per_chunk"  # the client's stream measurement (optimizer.loadgen.client.BenchResult)
+PREDICTED = C.PREDICTED
 EXPECTED_GAIN = "search:expected_gain"
 P_FEASIBLE = "search:p_feasible"
 ADAPTIVE = "search:adaptive_settings"  # whether the model that chose the launch learned how much settings matter
@@ -77,6 +80,10 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self._n_draws = n_draws
         self._locality = locality
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
+        # the model-free explorer (calibration module): learns only from measured values, never from our priors
+        self._explorer = optuna.samplers.TPESampler(seed=seed, n_startup_trials=EXPLORER_STARTUP, constant_liar=True)
+        self._exploring: int | None = None  # the trial the explorer is choosing for
+        self.calibration = C.Calibration()
         self._distributions = _distributions(space)
         tp = space.model.fixed.get("tp-size") or space.model.fixed.get("tensor-parallel-size") or 1
         self._tp = int(tp)
@@ -92,12 +99,15 @@ class StructuredSampler(optuna.samplers.BaseSampler):
     def confident(self) -> bool:
         """True once the best expected gain has stayed below ``stop_below_gain`` for CONFIDENT_ASKS asks in a row:
         the driver then stops launching (the model expects nothing left to beat the best by that much)."""
-        return self._stop_below_gain is not None and self._low_gain_asks >= CONFIDENT_ASKS
+        return (
+            self._stop_below_gain is not None and self._low_gain_asks >= CONFIDENT_ASKS and self.calibration.calibrated
+        )
 
     # ------------------------------------------------------------------ BaseSampler
     def reseed_rng(self) -> None:
         self._rng = np.random.default_rng()
         self._fallback.reseed_rng()
+        self._explorer.reseed_rng()
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return dict(self._distributions)
@@ -108,11 +118,20 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         if not search_space or trial.system_attrs.get("fixed_params"):
             return {}
         table = build_table(self._space, gpu_sm=self._gpu_sm)
-        pick = self.choose(table, study.get_trials(deepcopy=False), exclude=trial.number)
+        trials = study.get_trials(deepcopy=False)
+        storage = study._storage
+        self.calibration = C.assess(trials)
+        share = self.calibration.explore_share
+        if share > 0 and not C.explorer_wasted(trials, trial.number) and self._rng.random() < share:
+            # the model has been wrong: this launch is the explorer's (sample_independent, parameter by parameter)
+            self._exploring = trial.number
+            storage.set_trial_user_attr(trial._trial_id, C.CHOOSER, C.EXPLORER)
+            storage.set_trial_user_attr(trial._trial_id, C.EXPLORE_SHARE, round(share, 3))
+            return {}
+        pick = self.choose(table, trials, exclude=trial.number)
         if pick is None:
             return {}
         (i, j), info = pick
-        storage = study._storage
         for key, value in info.items():
             storage.set_trial_user_attr(trial._trial_id, key, value)
         params = table.params(i, j)
@@ -121,18 +140,19 @@ class StructuredSampler(optuna.samplers.BaseSampler):
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
-        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+        sampler = self._explorer if self._exploring == trial.number else self._fallback
+        return sampler.sample_independent(study, trial, param_name, param_distribution)
 
     # ------------------------------------------------------------------ the choice
     def choose(
         self, table: CandidateTable, trials: list[FrozenTrial], exclude: int = -1
     ) -> tuple[tuple[int, int], dict[str, float | bool]] | None:
-        obs, failures, served, taken, pending, best, fatal = _collect(table, trials, exclude)
+        obs, failures, served, taken, pending, best, fatal, rejected = _collect(table, trials, exclude)
         served = [loc for loc in served if table.spec[loc[0]]] or served
         pcie_only = any(_pcie_only(t) for t in trials)
         if self._adaptive_settings == "auto":
             self.adaptive = pcie_only and _speculation_loses_untuned(table, obs)
-        model = ThroughputModel(table, self._concurrency, self._tp, self.adaptive).fit(obs)
+        model = ThroughputModel(table, self._concurrency, self._tp, self.adaptive, car_always_off=pcie_only).fit(obs)
         if pending:  # believer: count running launches at the model's prediction, then refit
             fantasies = [
                 Observation(i, j, math.exp(model.mean_log_tps(i, j)), model.accept_length(i)) for i, j in pending
@@ -151,6 +171,9 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             if name in table.other_names:
                 k = table.other_names.index(name)
                 allowed[:, [str(v[k]) == value for v in table.other_values]] = False
+        # near-identical launches that were pruned or failed: the data has answered there (calibration module)
+        completed = [(o.i, o.j) for o in obs if not o.pruned]
+        allowed &= ~C.rejected_mask(table, rejected, completed)
         if not allowed.any():
             return None
         complete = [(o.i, o.j) for o in obs if not o.pruned] if self.adaptive else []
@@ -162,6 +185,11 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         if pending:  # idle hosts spread out: a launch right next to one still running teaches little more
             near = near * (1.0 - _proximity(table, list(pending), SPREAD))
         tree, settings, settings_spec = model.draw(self._n_draws, self._rng)
+        widen = self.calibration.widen
+        if widen > 1.0:  # measurements fell further from the predictions than the model's spread said
+            tree = tree[:, :1] + widen * (tree - tree[:, :1])
+            settings = settings[:, :1] + widen * (settings - settings[:, :1])
+            settings_spec = settings_spec[:, :1] + widen * (settings_spec - settings_spec[:, :1])
         spec = table.spec.astype(float)
         # The bar in each posterior draw: the best measured, or a running launch's value in that draw if higher.
         # A candidate that rises and falls with a running launch then gains little in every draw (batch expected
@@ -189,11 +217,15 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self.last_expected_gain = float(ei_all[i, j])
         below = self._stop_below_gain is not None and self.last_expected_gain < self._stop_below_gain
         self._low_gain_asks = self._low_gain_asks + 1 if below else 0
+        y = tree[i] - settings[j] - spec[i] * settings_spec[j]
         info = {
             PREDICTED: round(math.exp(model.mean_log_tps(i, j)), 3),
+            C.PRED_LOG_SD: round(float(np.std(y)), 5),
+            C.P_IMPROVE: round(float(np.mean(ndtr((y - log_best) / C.LAUNCH_NOISE_SD))), 4),
             EXPECTED_GAIN: round(float(ei_all[i, j]), 5),
             P_FEASIBLE: round(float(p_ok[i, j]), 3),
             ADAPTIVE: self.adaptive,
+            C.CHOOSER: C.MODEL,
         }
         return (i, j), info
 
@@ -222,6 +254,7 @@ def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
     pending: list[tuple[int, int]] = []
     best = None
     fatal: list[tuple[str, str]] = []
+    rejected: list[tuple[int, int]] = []  # pruned, or failed after a launch
     for t in trials:
         if t.number == exclude:
             continue
@@ -239,7 +272,7 @@ def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
         if outcome == R.DUPLICATE or t.state == TrialState.FAIL:
             continue
         taken.add(loc)
-        accept = ua.get(R.ACCEPT_LENGTH)
+        accept = _accept_length(ua)
         if t.state == TrialState.COMPLETE and outcome == R.COMPLETE and t.value:
             obs.append(Observation(*loc, tok_per_s=float(t.value), accept_length=accept))
             served.append(loc)
@@ -247,9 +280,32 @@ def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
         elif t.state == TrialState.PRUNED and t.intermediate_values:
             obs.append(Observation(*loc, float(np.mean(list(t.intermediate_values.values()))), accept, pruned=True))
             served.append(loc)
+            rejected.append(loc)
         elif outcome == R.INFEASIBLE and ua.get(R.LAUNCHED) and ua.get(R.FAILURE_KIND) not in ("precheck", None):
             failures.append(Failure(*loc, kind=str(ua.get(R.FAILURE_KIND))))
-    return obs, failures, served, taken, pending, best, fatal
+            rejected.append(loc)
+    return obs, failures, served, taken, pending, best, fatal, rejected
+
+
+def _accept_length(ua: dict[str, Any]) -> float | None:
+    """The server's accept length, or else the one seen in the stream (completion tokens per content chunk: with
+    EAGLE one chunk carries one verify step), pooled over the load levels of a multi-level run."""
+    for key in (R.ACCEPT_LENGTH, TOKENS_PER_CHUNK):
+        v = ua.get(key)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    levels = ua.get(R.LEVELS)
+    if isinstance(levels, dict):
+        seen = [
+            float(m[k])
+            for m in levels.values()
+            if isinstance(m, dict)
+            for k in (R.ACCEPT_LENGTH, TOKENS_PER_CHUNK)
+            if isinstance(m.get(k), (int, float)) and m[k] > 0
+        ]
+        if seen:
+            return float(np.mean(seen))
+    return None
 
 
 def _speculation_loses_untuned(table: CandidateTable, obs: list[Observation]) -> bool:

@@ -57,6 +57,11 @@ SETTING_SCALES = (1.0, 2.5, 5.0)
 #: levels that share an effect besides their own, so a gain measured with one carries over in part to the others:
 #: LL and LL128 are NCCL's low-latency protocols, the ones made for decoding's small all-reduces (docs/search.md)
 SETTING_GROUPS = {"NCCL_PROTO": (("LL", "LL128"),)}
+#: prior scale of an NCCL level's effect while custom all-reduce is on (NCCL then carries only what custom
+#: all-reduce does not: large prefill all-reduces, some collectives)
+NCCL_UNDER_CAR = 0.35
+#: on a PCIe-only box SGLang has disabled its custom all-reduce itself, so this flag changes nothing there
+CAR = "disable-custom-all-reduce"
 PRUNED_NOISE_FACTOR = 2.0  # a pruned launch measured fewer chunks
 
 
@@ -118,12 +123,21 @@ class BayesLinear:
 class ThroughputModel:
     """Accept length and step time over a candidate table; ``fit`` on observations, then ``draw`` log tok/s."""
 
-    def __init__(self, table: CandidateTable, concurrency: int, tp_size: int, adaptive_settings: bool = False) -> None:
+    def __init__(
+        self,
+        table: CandidateTable,
+        concurrency: int,
+        tp_size: int,
+        adaptive_settings: bool = False,
+        car_always_off: bool = False,
+    ) -> None:
         self.table = table
         self.spec = table.spec.astype(float)
         self.acc_X = _accept_features(table)
         self.tree_X, tree_mean, tree_sd = _tree_features(table, concurrency)
-        self.main_X, self.pair_X = _setting_features(table, all_levels=adaptive_settings)
+        self.main_X, self.pair_X, main_scale = _setting_features(
+            table, all_levels=adaptive_settings, car_always_off=car_always_off
+        )
         # With one GPU there is no all-reduce: the settings cannot matter (still learned, from a tight prior).
         sd_main, sd_pair, sd_spec = (
             (0.01, 0.005, 0.005) if tp_size <= 1 else (SETTING_SD, SETTING_PAIR_SD, SETTING_SPEC_SD)
@@ -132,7 +146,7 @@ class ThroughputModel:
         self.accept = BayesLinear(ACCEPT_PRIOR_MEAN, ACCEPT_PRIOR_SD)
         # one step-time regression per prior scale of the settings' effects, averaged by evidence (module doc)
         scales = SETTING_SCALES if tp_size > 1 and adaptive_settings else (1.0,)
-        setting_sd = np.concatenate([np.full(nm, sd_main), np.full(npair, sd_pair), np.full(nm, sd_spec)])
+        setting_sd = np.concatenate([sd_main * main_scale, np.full(npair, sd_pair), sd_spec * main_scale])
         prior_mean = np.concatenate([tree_mean, np.zeros(nm + npair + nm)])
         self.steps = [BayesLinear(prior_mean, np.concatenate([tree_sd, setting_sd * s])) for s in scales]
         self.step_weights = np.full(len(scales), 1.0 / len(scales))
@@ -240,17 +254,61 @@ def _holds(value: object, level: object) -> bool:
     return value in level if isinstance(level, frozenset) else value == level
 
 
-def _setting_features(table: CandidateTable, all_levels: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def car_off(table: CandidateTable, car_always_off: bool = False) -> np.ndarray:
+    """(n_other,) True where SGLang's custom all-reduce is off, so NCCL carries the decode all-reduces: the flag
+    is set (searched or fixed), or SGLang disabled it itself (a PCIe-only box of more than two GPUs)."""
+    n = len(table.other_values)
+    if car_always_off:
+        return np.ones(n, dtype=bool)
+    if CAR in table.other_names:
+        k = table.other_names.index(CAR)
+        return np.array([_truthy(v[k]) for v in table.other_values], dtype=bool)
+    return np.full(n, _truthy(table.space.model.fixed.get(CAR, False)), dtype=bool)
+
+
+def _truthy(v: object) -> bool:
+    return v is True or str(v).lower() in ("true", "1", "yes")
+
+
+def _setting_features(
+    table: CandidateTable, all_levels: bool = False, car_always_off: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One-hot indicators of every non-default level of every setting (every level with ``all_levels``), and of
-    every pair of such levels of two settings (NCCL's protocol only matters with custom all-reduce off, LL with
-    Ring, ...)."""
-    cols: list[tuple[int, object]] = []
+    every pair of such levels of two settings (LL with Ring, ...); and each indicator's prior scale.
+
+    An NCCL variable acts only on what NCCL carries: with SGLang's custom all-reduce on, the decode all-reduces
+    bypass NCCL, so a protocol may change nothing there and decide the result once custom all-reduce is off. Each
+    NCCL level therefore has two effects, one with custom all-reduce on (prior scale ``NCCL_UNDER_CAR``) and one
+    with it off (full scale), and what a launch with custom all-reduce on taught does not settle the other."""
+    off = car_off(table, car_always_off)
+    gated = CAR in table.other_names or car_always_off or bool(off.any())
+    cols: list[tuple[int, object, bool | None]] = []
     for k, name in enumerate(table.other_names):
         levels = sorted({v[k] for v in table.other_values}, key=str)
-        cols += [(k, lv) for lv in levels if all_levels or lv != table.default_other[k]]
-        cols += [(k, frozenset(g)) for g in SETTING_GROUPS.get(name, ()) if len(set(g) & set(levels)) > 1]
+        mine = [lv for lv in levels if all_levels or lv != table.default_other[k]]
+        mine += [frozenset(g) for g in SETTING_GROUPS.get(name, ()) if len(set(g) & set(levels)) > 1]
+        gates: tuple[bool | None, ...] = (False, True) if gated and name.startswith("NCCL_") else (None,)
+        cols += [(k, lv, gate) for lv in mine for gate in gates]
     V = table.other_values
-    main = np.array([[1.0 if _holds(v[k], lv) else 0.0 for k, lv in cols] for v in V]).reshape(len(V), len(cols))
-    pairs = [(a, b) for a in range(len(cols)) for b in range(a + 1, len(cols)) if cols[a][0] != cols[b][0]]
+    main = np.array(
+        [
+            [1.0 if _holds(v[k], lv) and (gate is None or off[j] == gate) else 0.0 for k, lv, gate in cols]
+            for j, v in enumerate(V)
+        ]
+    ).reshape(len(V), len(cols))
+    keep = main.any(axis=0) | ~np.array([gate is not None for _, _, gate in cols], dtype=bool)
+    cols = [c for c, kept in zip(cols, keep) if kept]
+    main = main[:, keep]
+    scale = np.array([NCCL_UNDER_CAR if gate is False else 1.0 for _, _, gate in cols])
+    car_k = table.other_names.index(CAR) if CAR in table.other_names else -1
+    pairs = [
+        (a, b)
+        for a in range(len(cols))
+        for b in range(a + 1, len(cols))
+        if cols[a][0] != cols[b][0]
+        # the gate is already custom all-reduce's pair with an NCCL level; gated levels pair within one gate
+        and not (car_k in (cols[a][0], cols[b][0]) and (cols[a][2] is not None or cols[b][2] is not None))
+        and (cols[a][2] is None or cols[b][2] is None or cols[a][2] == cols[b][2])
+    ]
     pair = np.array([[main[j, a] * main[j, b] for a, b in pairs] for j in range(len(V))]).reshape(len(V), len(pairs))
-    return main, pair
+    return main, pair, scale
