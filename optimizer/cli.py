@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     from .signals import sigterm_as_ctrl_c
 
     with sigterm_as_ctrl_c() as term:  # SIGTERM (kill, timeout, CI, ray job stop) stops as Ctrl-C does; exit 143
-        return term.exit_code(_main(argv))
+        return term.run(_main, argv)
 
 
 def _main(argv: list[str] | None) -> int:

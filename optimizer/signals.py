@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -37,7 +38,7 @@ def _say(text: str) -> None:
 
 
 class SigtermAsCtrlC:
-    """``with SigtermAsCtrlC() as term: return term.exit_code(run())``. Installs the handler in the main thread
+    """``with SigtermAsCtrlC() as term: return term.run(main, argv)``. Installs the handler in the main thread
     only (signals are delivered there) and puts the previous one back on exit."""
 
     def __init__(self) -> None:
@@ -65,8 +66,8 @@ class SigtermAsCtrlC:
         self.received += 1
         if self.received == 1:
             _say(
-                "SIGTERM: stopping as on Ctrl-C: the servers are stopped and the running trials recorded "
-                "(re-queued on resume); a second SIGTERM or Ctrl-C forces; exit code 143"
+                "SIGTERM: stopping as on Ctrl-C (servers stopped, running trials recorded; "
+                "a second SIGTERM or Ctrl-C forces; exit code 143)"
             )
         else:
             _say("SIGTERM again: forcing the stop")
@@ -75,6 +76,16 @@ class SigtermAsCtrlC:
             sigint(signal.SIGINT, frame)  # the driver's handler, or Python's default (KeyboardInterrupt)
         else:  # SIGINT ignored (a background job of a script) or default: stop anyway
             raise KeyboardInterrupt
+
+    def run(self, command: Callable[..., int], *args: Any) -> int:
+        """Run a command; its exit code, with a stop before the command's own Ctrl-C handler is in place (argument
+        parsing) ending as one after it does."""
+        try:
+            rc = command(*args)
+        except KeyboardInterrupt:
+            _say("interrupted")
+            rc = EXIT_CTRL_C
+        return self.exit_code(rc)
 
     def exit_code(self, rc: int) -> int:
         """Ctrl-C's exit code becomes 143 when SIGTERM stopped the run; any other code stays."""
