@@ -155,6 +155,17 @@ def _host_resource(name: str) -> str:
     return f"host:{name}"
 
 
+def _outlives_the_job(state_dir: Path) -> None:
+    """A ``ray job submit --working-dir`` entrypoint runs in Ray's copy of that directory (under the session's
+    ``runtime_resources/``), which Ray deletes once no job uses it: a study written there would be lost."""
+    if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ and "runtime_resources" in Path(state_dir).resolve().parts:
+        raise ConfigError(
+            f"the study would be written into Ray's temporary copy of the job's working dir ({state_dir}), which "
+            "Ray deletes; give an absolute --studies-dir on this node (docs/ray-jobs.md)",
+            key="--studies-dir",
+        )
+
+
 class RayExecutor:
     """One Ray actor per host, placed through a custom resource ``host:<name>`` so Ray itself never puts two
     servers on one host. On a Ray cluster, start each GPU node with ``--resources '{"host:<name>": 1}'`` and give
@@ -170,6 +181,7 @@ class RayExecutor:
         self.events: queue.Queue = queue.Queue()
         self.configs = {h.name: h for h in hosts}
         self.state_dir = state_dir
+        _outlives_the_job(state_dir)
         if not ray.is_initialized():
             address = address or os.environ.get("RAY_ADDRESS")  # set for a `ray job submit` entrypoint
             if address:

@@ -172,7 +172,7 @@ def test_ray_job_submit_logs_stop_then_resume(tmp_path, ray_head):
     space.write_text(SPACE)
     studies = tmp_path / "studies"  # absolute: the job runs in a copy of the working dir that a new job does not share
     journal = studies / study / "journal.log"
-    entry = optimize_argv(studies, study, space, 3, executor="ray", extra=[*LONGER, "--ray-address", "auto"])
+    entry = optimize_argv(studies, study, space, 2, executor="ray", extra=[*LONGER, "--ray-address", "auto"])
     # ray job stop sends SIGTERM, then SIGKILL after RAY_JOB_STOP_WAIT_TIME_S (3 s by default): time to stop servers
     runtime_env = json.dumps({"env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": "60"}})
     first = f"rj-{uuid.uuid4().hex[:8]}"
@@ -199,7 +199,9 @@ def test_ray_job_submit_logs_stop_then_resume(tmp_path, ray_head):
         while not study_servers(study) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert study_servers(study), "a server should be running"
+        t0 = time.monotonic()
         stop = ray_head.cli("stop", first)
+        print(f"ray job stop returned after {time.monotonic() - t0:.1f} s")
         assert stop.returncode == 0, stop.stdout[-2000:] + stop.stderr[-2000:]
         follow.wait(30)
     finally:
@@ -233,3 +235,9 @@ def test_ray_job_submit_logs_stop_then_resume(tmp_path, ray_head):
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)], out[-3000:]
     assert [t for t in trials if t.state == TrialState.COMPLETE]
     assert not study_servers(study)
+
+    # a relative studies dir would live in Ray's temporary copy of the working dir: refused, not lost later
+    relative = optimize_argv(Path("studies"), "faults-rayjob-lost", Path("search_spaces/demo.yaml"), 1, executor="ray")
+    lost = ray_head.cli("submit", "--working-dir", ".", "--", *relative, "--ray-address", "auto", timeout_s=120)
+    out = lost.stdout + lost.stderr
+    assert lost.returncode != 0 and "give an absolute --studies-dir" in out, out[-3000:]
