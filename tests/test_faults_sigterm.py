@@ -40,7 +40,7 @@ def _catches_sigterm(pid: int) -> bool:
     return False
 
 
-def _argv(tmp_path: Path, study: str, executor: str, trials: int = 3) -> list[str]:
+def _argv(tmp_path: Path, study: str, executor: str, trials: int = 2) -> list[str]:
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
     return optimize_argv(tmp_path / "studies", study, space, trials, executor=executor, extra=LONGER)
