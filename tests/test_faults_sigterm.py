@@ -123,11 +123,18 @@ def test_second_sigterm_forces(tmp_path):
     assert not [t for t in load_trials(journal, study) if t.state == TrialState.RUNNING]
 
 
-def test_sigterm_while_starting_up(tmp_path):
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_sigterm_while_starting_up(tmp_path, sigint):
     """SIGTERM as soon as the command handles it (imports, storage, resume: before the driver's own handler):
-    exit 143, no traceback, no server."""
-    study = "faults-term-early"
-    run = Run(_argv(tmp_path, study, "thread"), tmp_path / "run.log")
+    exit 143, no traceback, no server. Also when SIGINT is ignored, as for a background job of a shell script
+    (``python -m optimizer optimize ... &``), where Ctrl-C's path would not be reached through SIGINT."""
+    study = f"faults-term-early-{sigint}"
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN) if sigint == "ignored" else None  # inherited by the child
+    try:
+        run = Run(_argv(tmp_path, study, "thread"), tmp_path / "run.log")
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
     try:
         deadline = time.monotonic() + 30
         while not _catches_sigterm(run.proc.pid) and time.monotonic() < deadline:
