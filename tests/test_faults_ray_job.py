@@ -106,13 +106,17 @@ class Head:
             self.temp_dir,
             "--disable-usage-stats",
         ]
+        self.argv = argv
         self.log = Path(self.temp_dir) / "start.log"
+        self.pgid = 0
+
+    def start(self) -> None:
         with open(self.log, "wb") as fh:
-            self.proc = subprocess.Popen(
-                argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+            proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
             )
-        self.pgid = self.proc.pid  # every process of the head stays in this group
-        rc = self.proc.wait(120)
+        self.pgid = proc.pid  # every process of the head stays in this group
+        rc = proc.wait(120)
         if rc != 0:
             raise RuntimeError(f"ray start failed ({rc}): {self.log.read_text()[-3000:]}")
 
@@ -127,7 +131,7 @@ class Head:
         )
 
     def stop(self) -> None:
-        for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)) if self.pgid else ():
             deadline = time.monotonic() + wait_s
             while (pids := _group(self.pgid)) and time.monotonic() < deadline:
                 for pid in pids:
@@ -143,6 +147,7 @@ class Head:
 def ray_head(tmp_path):
     head = Head()
     try:
+        head.start()
         yield head
     finally:
         head.stop()
