@@ -156,7 +156,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         default="ray",
         help="run trials in Ray actors (default) or in threads of this process",
     )
-    p.add_argument("--ray-address", help="connect to a running Ray cluster instead of starting one")
+    p.add_argument(
+        "--ray-address",
+        help="connect to a running Ray cluster instead of starting one: 'auto' (the cluster of this node, or "
+        "RAY_ADDRESS; what a `ray job submit` entrypoint uses) or HOST:PORT; each host needs a 'host:<name>' resource",
+    )
     p.add_argument("--plain", action="store_true", help="plain log lines even on a terminal")
     p.add_argument(
         "--confirm-rounds",
@@ -174,6 +178,13 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .signals import sigterm_as_ctrl_c
+
+    with sigterm_as_ctrl_c() as term:  # SIGTERM (kill, timeout, CI, ray job stop) stops as Ctrl-C does; exit 143
+        return term.run(_main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _run(args)

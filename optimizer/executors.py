@@ -7,6 +7,7 @@ thread that dies becomes a TrialResult with status ``host_fault``: one trial's f
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import traceback
@@ -14,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from . import signals
+from .errors import ConfigError
 from .events import TrialResult
 from .hosts import _proc
 from .hosts.config import HostConfig
@@ -152,6 +155,17 @@ def _host_resource(name: str) -> str:
     return f"host:{name}"
 
 
+def _outlives_the_job(state_dir: Path) -> None:
+    """A ``ray job submit --working-dir`` entrypoint runs in Ray's copy of that directory (under the session's
+    ``runtime_resources/``), which Ray deletes once no job uses it: a study written there would be lost."""
+    if "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ and "runtime_resources" in Path(state_dir).resolve().parts:
+        raise ConfigError(
+            f"the study would be written into Ray's temporary copy of the job's working dir ({state_dir}), which "
+            "Ray deletes; give an absolute --studies-dir on this node (docs/ray-jobs.md)",
+            key="--studies-dir",
+        )
+
+
 class RayExecutor:
     """One Ray actor per host, placed through a custom resource ``host:<name>`` so Ray itself never puts two
     servers on one host. On a Ray cluster, start each GPU node with ``--resources '{"host:<name>": 1}'`` and give
@@ -167,9 +181,12 @@ class RayExecutor:
         self.events: queue.Queue = queue.Queue()
         self.configs = {h.name: h for h in hosts}
         self.state_dir = state_dir
+        _outlives_the_job(state_dir)
         if not ray.is_initialized():
+            address = address or os.environ.get("RAY_ADDRESS")  # set for a `ray job submit` entrypoint
             if address:
                 ray.init(address=address, log_to_driver=False)
+                self._ensure_resources(hosts)
             else:
                 ray.init(
                     num_cpus=num_cpus,
@@ -177,6 +194,7 @@ class RayExecutor:
                     include_dashboard=False,
                     log_to_driver=False,
                 )
+            signals.reclaim()  # ray.init put its own SIGTERM handlers in this process
         else:
             self._ensure_resources(hosts)
         self.actors: dict[str, Any] = {}
@@ -189,10 +207,12 @@ class RayExecutor:
         have = self.ray.cluster_resources()
         missing = [h.name for h in hosts if _host_resource(h.name) not in have]
         if missing:
-            raise RuntimeError(
+            raise ConfigError(
                 "the running Ray runtime has no resource for hosts "
                 + ", ".join(missing)
-                + "; start it with resources={'host:<name>': 1} for each host"
+                + "; start it with resources={'host:<name>': 1} for each host (on a cluster: "
+                + f"ray start ... --resources '{{\"host:{missing[0]}\": 1}}' on the node that runs its server)",
+                key="--ray-address",
             )
 
     def _new_actor(self, cfg: HostConfig) -> Any:
