@@ -15,6 +15,8 @@ Definitions
   - ``near_identical_streak_share`` is the number of launches that were pruned, failed or infeasible and lie in a
     row of ``min_run`` (5) or more launches, over the number of launches. Completed launches in such a row are not
     counted (they taught something) but they do not break the row.
+  - ``same_settings=False`` is a looser variant for reading a study, not the measure itself: the settings are
+    ignored, so the same tree relaunched with NCCL variables that change nothing (a single GPU) forms a row too.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ REJECTED = frozenset({"pruned", "failed", "fail", "infeasible"})
 MIN_RUN = 5
 
 
-def near_identical(a: Launch, b: Launch, *, steps_within: int = 1, draft_factor: float = 1.5) -> bool:
+def near_identical(
+    a: Launch, b: Launch, *, steps_within: int = 1, draft_factor: float = 1.5, same_settings: bool = True
+) -> bool:
     (ta, sa, _), (tb, sb, _) = a, b
-    if sa != sb:
+    if same_settings and sa != sb:
         return False
     if ta is None or tb is None:
         return ta is None and tb is None
@@ -43,24 +47,26 @@ def near_identical(a: Launch, b: Launch, *, steps_within: int = 1, draft_factor:
     return k1 == k2 and abs(s1 - s2) <= steps_within and max(d1, d2) <= draft_factor * min(d1, d2)
 
 
-def rows(launches: Sequence[Launch]) -> list[tuple[int, int]]:
+def rows(launches: Sequence[Launch], same_settings: bool = True) -> list[tuple[int, int]]:
     """The rows as (start, end) index ranges, end exclusive, covering the launches in order."""
     out: list[tuple[int, int]] = []
     start = 0
     for i in range(1, len(launches) + 1):
-        if i == len(launches) or not near_identical(launches[i - 1], launches[i]):
+        if i == len(launches) or not near_identical(launches[i - 1], launches[i], same_settings=same_settings):
             out.append((start, i))
             start = i
     return out
 
 
-def near_identical_streak_share(launches: Sequence[Launch], min_run: int = MIN_RUN) -> float:
+def near_identical_streak_share(
+    launches: Sequence[Launch], min_run: int = MIN_RUN, same_settings: bool = True
+) -> float:
     """Share of the launches that were pruned or failed inside a row of ``min_run`` or more near-identical
     configurations (see the module docstring); 0.0 for no launches."""
     if not launches:
         return 0.0
     wasted = 0
-    for a, b in rows(launches):
+    for a, b in rows(launches, same_settings):
         if b - a >= min_run:
             wasted += sum(1 for _, _, status in launches[a:b] if status in REJECTED)
     return wasted / len(launches)

@@ -291,3 +291,7 @@ def test_streak_share_on_hand_made_sequences() -> None:
     assert near_identical_streak_share(alt) == 0.0
     # a custom minimum row length
     assert near_identical_streak_share(four, min_run=4) == 1.0
+    # the looser reading: the same tree relaunched with other settings (that may change nothing) is a row too
+    settings_walk = [L(2, 8, 17, settings=(i,)) for i in range(6)]
+    assert near_identical_streak_share(settings_walk) == 0.0
+    assert near_identical_streak_share(settings_walk, same_settings=False) == 1.0
