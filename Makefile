@@ -12,17 +12,19 @@ SEED     ?= 0
 HOSTS    ?=
 EXECUTOR ?= ray
 ARGS     ?=
+JOBS     ?=
 PORT     ?= 8080
 # A demo-sized benchmark per trial (the simulator boots a 12-minute profile in ~2 s); override for real runs.
 # The demo ends with a confirmation: the baseline and the 2 best relaunched 3 times each, interleaved.
 DEMO_ARGS ?= --max-tokens 64 --chunks 4 --requests-per-chunk 2 --boot-timeout 30 --confirm-rounds 3 --confirm-top 2
 
-.PHONY: install optimize confirm test lint bench dashboard report export status clean system-deps help
+.PHONY: install optimize confirm test lint bench bench-quick dashboard report export status clean system-deps help
 
 help:
 	@echo "make optimize   run a demo study on the bundled simulator (STUDY= TRIALS= SPACE= PROFILE= SEED= HOSTS=)"
 	@echo "make test       run the test suite (installs openssh-server and chromium if missing)"
-	@echo "make bench      efficiency benchmark: prints a table, writes studies/bench/results.json"
+	@echo "make bench      efficiency benchmark: prints a table, writes studies/bench/results.json (JOBS= processes, default all cores)"
+	@echo "make bench-quick the default sampler's restarts on the scenarios and every landscape family, fewer seeds"
 	@echo "make dashboard  optuna-dashboard for STUDY on 127.0.0.1:$(PORT)"
 	@echo "make confirm    relaunch STUDY's best configurations and the baseline; export the confirmed best"
 	@echo "make report     studies/STUDY/report.html (offline plotly report)"
@@ -59,8 +61,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check optimizer benchmarks tests tools
 	$(BIN)/ruff format --check optimizer benchmarks tests tools
 
+# Independent runs go to JOBS worker processes (default: one per core); the figures are the same for any JOBS.
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run $(ARGS)
+	$(BIN)/python -m benchmarks.run $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
+
+# The check for every search change: the default sampler's restarts, four scenarios x 10 seeds and every family
+# (benchmarks/run.py FAMILIES); writes studies/bench/quick.json.
+bench-quick: $(STAMP)
+	$(BIN)/python -m benchmarks.run --quick $(if $(JOBS),--jobs $(JOBS)) $(ARGS)
 
 dashboard: $(STAMP)
 	$(BIN)/python -m optimizer dashboard --study $(STUDY) --host 127.0.0.1 --port $(PORT)

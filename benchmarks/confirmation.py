@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -153,18 +151,32 @@ def summarise(rows: list[dict]) -> list[dict]:
     return out
 
 
+_CACHE: dict[str, Any] = {}
+
+
+def one_task(seed: int, noise: float, trials: int, rounds: int, top: int, pruner_noise: str) -> dict:
+    """``one`` with the space and its truth built once per process: a unit of parallel work (benchmarks.parallel)."""
+    if not _CACHE:
+        _CACHE["space"] = space = load_space(str(SPACE))
+        _CACHE["values"] = truth(space)
+    return one(
+        seed,
+        noise,
+        trials=trials,
+        rounds=rounds,
+        top=top,
+        space=_CACHE["space"],
+        values=_CACHE["values"],
+        pruner_noise=pruner_noise,
+    )
+
+
 def run(seeds: int = 20, trials: int = 14, rounds: int = 3, top: int = 2, noises=NOISES) -> dict:
-    logging.getLogger("optuna").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore")
-    space = load_space(str(SPACE))
-    values = truth(space)
+    from benchmarks.parallel import pmap, quiet
+
+    quiet()
     t0 = time.time()
-    rows = [
-        one(s, n, trials=trials, rounds=rounds, top=top, space=space, values=values, pruner_noise=k)
-        for n in noises
-        for k in MODES
-        for s in range(seeds)
-    ]
+    rows = pmap(one_task, [(s, n, trials, rounds, top, k) for n in noises for k in MODES for s in range(seeds)])
     return {
         "profile": PROFILE,
         "space": "search_spaces/demo.yaml",

@@ -117,44 +117,63 @@ def _restarts(
     return None
 
 
-def compare(seeds: int = 5, budget: int = BUDGET, log=print) -> dict[str, Any]:
+_CACHE: dict[str, Any] = {}
+
+
+def _space_and_truths() -> tuple[SearchSpace, dict[int, dict[str, Any]]]:
+    """The profile's space and each level's truth, built once per process."""
     from benchmarks.strategies import space_for, truth
 
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
-    space = space_for(PROFILE)
-    truths = {c: truth(PROFILE, space, c) for c in LEVELS}
+    if not _CACHE:
+        space = space_for(PROFILE)
+        _CACHE["space"], _CACHE["truths"] = space, {c: truth(PROFILE, space, c) for c in LEVELS}
+    return _CACHE["space"], _CACHE["truths"]
+
+
+def run_task(kind: str, level: int | None, seed: int, budget: int) -> dict[str, Any]:
+    """One study, a unit of parallel work (benchmarks.parallel): ``single`` at ``level``, ``multi`` (objective gain
+    over every level) or ``objective`` (every level measured, objective ``level``)."""
+    space, truths = _space_and_truths()
+    if kind == "single":
+        assert level is not None
+        study, ex = _run([level], seed, space, budget)
+        return {"restarts": _restarts(study, ex, {level: truths[level]}), "bench_s": ex.ledger.bench_s}
+    if kind == "multi":
+        study, ex = _run(LEVELS, seed, space, budget)
+        each = {str(c): _restarts(study, ex, {c: truths[c]}, multi=True) for c in LEVELS}
+        return {"restarts": _restarts(study, ex, truths, multi=True), "bench_s": ex.ledger.bench_s, "per_level": each}
+    assert kind == "objective" and level is not None
+    study, ex = _run(LEVELS, seed, space, budget, objective={"level": level})
+    return {
+        "restarts": _restarts(study, ex, {level: truths[level]}, multi=True),
+        "bench_s": ex.ledger.bench_s,
+        "answers": _answers(study, truths),
+    }
+
+
+def compare(seeds: int = 5, budget: int = BUDGET, log=print) -> dict[str, Any]:
+    from benchmarks.parallel import pmap, quiet
+
+    quiet()
+    _, truths = _space_and_truths()
     for c, tr in truths.items():
         log(f"  {PROFILE} at concurrency {c}: optimum {tr['optimum']:.1f} tok/s ({tr['optimum_config']})")
     out: dict[str, Any] = {"profile": PROFILE, "levels": LEVELS, "seeds": seeds, "budget": budget, "single": {}}
+    keys = [("single", c, seed) for c in LEVELS for seed in range(seeds)]
+    keys += [("multi", None, seed) for seed in range(seeds)]
+    keys += [("objective", c, seed) for c in LEVELS for seed in range(seeds)]
+    by = dict(zip(keys, pmap(run_task, [(kind, c, seed, budget) for kind, c, seed in keys])))
     for c in LEVELS:
-        runs = []
-        for seed in range(seeds):
-            study, ex = _run([c], seed, space, budget)
-            runs.append({"restarts": _restarts(study, ex, {c: truths[c]}), "bench_s": ex.ledger.bench_s})
+        runs = [by[("single", c, seed)] for seed in range(seeds)]
         out["single"][str(c)] = runs
         log(f"  single-level study at {c}: restarts to 98 % {[r['restarts'] for r in runs]}")
-    multi = []
-    for seed in range(seeds):
-        study, ex = _run(LEVELS, seed, space, budget)
-        each = {str(c): _restarts(study, ex, {c: truths[c]}, multi=True) for c in LEVELS}
-        multi.append(
-            {"restarts": _restarts(study, ex, truths, multi=True), "bench_s": ex.ledger.bench_s, "per_level": each}
-        )
+    multi = [by[("multi", None, seed)] for seed in range(seeds)]
     out["multi"] = multi
     # The same question with one objective level: does measuring the other levels after each boot cost the
     # objective level anything? (Restarts to 98 % at the objective level, against the single-level study there.)
     out["objective_level"] = {}
     for c in LEVELS:
-        runs = []
-        for seed in range(seeds):
-            study, ex = _run(LEVELS, seed, space, budget, objective={"level": c})
-            runs.append(
-                {
-                    "restarts": _restarts(study, ex, {c: truths[c]}, multi=True),
-                    "bench_s": ex.ledger.bench_s,
-                    "answers": _answers(study, truths),
-                }
-            )
+        runs = [by[("objective", c, seed)] for seed in range(seeds)]
         out["objective_level"][str(c)] = runs
         log(
             f"  per-level study with objective level {c}: restarts to 98 % there {[r['restarts'] for r in runs]}; "

@@ -1,14 +1,24 @@
 """`make bench`: the efficiency benchmark. Prints a table and writes studies/bench/results.json.
 
-python -m benchmarks.run                 # everything (about 80 minutes on 2 cores; README)
+python -m benchmarks.run                 # everything, its independent runs on every core (--jobs)
+python -m benchmarks.run --quick         # `make bench-quick`: the default sampler's restarts only, fewer seeds
 python -m benchmarks.run --seeds 5       # fewer seeds for the strategy comparison
 python -m benchmarks.run --only strategies,loop
 python -m benchmarks.run --only pcie     # the settings models on generated PCIe-only machines (not in the default)
+python -m benchmarks.run --jobs 1        # one process: the same figures, slower
+
+Parallel sections (``--jobs N`` worker processes, default one per core; benchmarks/parallel.py): strategies (the
+scenarios and every family of ``FAMILIES``), confirmation, per_level, pcie and the model-clock part of hosts. Each
+of their runs is seeded explicitly and simulated on the model's clock, and the results are gathered in the order
+they were submitted, so every figure is the same for any number of jobs. Sections that time real processes (loop,
+the measured trials per hour of hosts, client, accuracy, e2e) run alone, with the pool idle: a timing needs a
+quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -18,13 +28,37 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
+QUICK_OUT = ROOT / "studies" / "bench" / "quick.json"
 SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level")
 OPTIONAL = ("pcie",)  # run only when named in --only
+QUICK_SEEDS = 10  # --quick: seeds per scenario (the families keep every landscape, one run each)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family of generated landscapes to report: ``module`` exposes ``landscape(seed) -> Landscape`` and the
+    tuple of generator seeds named ``seeds``."""
+
+    name: str
+    module: str
+    seeds: str
+
+    def load(self) -> tuple[tuple[int, ...], Any]:
+        mod = importlib.import_module(self.module)
+        return tuple(getattr(mod, self.seeds)), mod.landscape
+
+
+#: The families the strategies section (and --quick) reports, in this order; one line adds one.
+FAMILIES = (
+    Family("tuning", "benchmarks.landscapes", "TUNING"),
+    Family("held-out", "benchmarks.landscapes", "HELD_OUT"),
+)
 
 
 def log(msg: str) -> None:
@@ -32,16 +66,15 @@ def log(msg: str) -> None:
 
 
 def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
-    from benchmarks.landscapes import HELD_OUT, TUNING
     from benchmarks.strategies import FAMILY_STRATEGIES, STRATEGIES, compare, compare_family
 
     chosen = args.strategies.split(",") if args.strategies else None
     out = compare(seeds=args.seeds, log=log, strategies=tuple(chosen or STRATEGIES))
     fam = tuple(s for s in (chosen or FAMILY_STRATEGIES) if s != "grid")
-    out["families"] = [
-        compare_family("tuning", TUNING, log=log, strategies=fam),
-        compare_family("held-out", HELD_OUT, log=log, strategies=fam),
-    ]
+    out["families"] = []
+    for family in FAMILIES:
+        seeds, landscape_fn = family.load()
+        out["families"].append(compare_family(family.name, seeds, log=log, strategies=fam, landscape_fn=landscape_fn))
     return out
 
 
@@ -283,16 +316,35 @@ def print_table(results: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--only", default=",".join(SECTIONS))
+    ap.add_argument("--seeds", type=int, default=None, help="seeds per scenario (default 20; --quick: 10)")
+    ap.add_argument("--only", default=None, help=f"comma list of sections (default: {','.join(SECTIONS)})")
+    ap.add_argument(
+        "--jobs", type=int, default=None, help="worker processes for the parallel sections (default: one per core)"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="the default sampler's restarts on the scenarios and every family, fewer seeds (writes quick.json)",
+    )
     ap.add_argument("--strategies", default="", help="strategies section: a comma list (default: all of them)")
     ap.add_argument("--accuracy-seconds", type=float, default=10.0)
     ap.add_argument("--e2e-seeds", type=int, default=2)
     ap.add_argument("--host-seeds", type=int, default=10)
     ap.add_argument("--e2e-trials", type=int, default=10)
     ap.add_argument("--per-level-seeds", type=int, default=5)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--out", default=None, help=f"results file (default {OUT.relative_to(ROOT)}; --quick: quick.json)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.only = args.only or "strategies"
+        args.strategies = args.strategies or "structured"
+    args.seeds = args.seeds or (QUICK_SEEDS if args.quick else 20)
+    args.only = args.only or ",".join(SECTIONS)
+    args.out = args.out or str(QUICK_OUT if args.quick else OUT)
+    for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(k, "1")  # one BLAS thread per process: the same arithmetic in this one and the workers
+    from benchmarks import parallel
+
+    jobs = parallel.set_jobs(args.jobs)
     warnings.filterwarnings("ignore")
     import optuna
 
@@ -305,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             results = json.loads(out_path.read_text())
         except json.JSONDecodeError:
             results = {}
-    results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    results["machine"] = {"cpus": os.cpu_count(), "jobs": jobs, "python": sys.version.split()[0]}
     results["date"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     t_all = time.time()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
@@ -320,32 +372,35 @@ def main(argv: list[str] | None = None) -> int:
                 log_to_driver=False,
                 configure_logging=False,
             )
-        for name in SECTIONS + OPTIONAL:
-            if name not in only:
-                continue
-            log(f"== {name}")
-            t0 = time.time()
-            if name == "strategies":
-                results[name] = section_strategies(args)
-            elif name == "loop":
-                results[name] = section_loop(work)
-            elif name == "hosts":
-                results[name] = section_hosts(work, args)
-            elif name == "client":
-                results[name] = section_client()
-            elif name == "accuracy":
-                results[name] = section_accuracy(args)
-            elif name == "e2e":
-                results[name] = section_e2e(work, args)
-            elif name == "per_level":
-                results[name] = section_per_level(args)
-            elif name == "pcie":
-                results[name] = section_pcie()
-            elif name == "confirmation":
-                results[name] = section_confirmation(args)
-            results.setdefault("section_seconds", {})[name] = round(time.time() - t0, 1)
-            out_path.parent.mkdir(parents=True, exist_ok=True)
-            out_path.write_text(json.dumps(results, indent=2, default=str))
+        try:
+            for name in SECTIONS + OPTIONAL:
+                if name not in only:
+                    continue
+                log(f"== {name}")
+                t0 = time.time()
+                if name == "strategies":
+                    results[name] = section_strategies(args)
+                elif name == "loop":
+                    results[name] = section_loop(work)
+                elif name == "hosts":
+                    results[name] = section_hosts(work, args)
+                elif name == "client":
+                    results[name] = section_client()
+                elif name == "accuracy":
+                    results[name] = section_accuracy(args)
+                elif name == "e2e":
+                    results[name] = section_e2e(work, args)
+                elif name == "per_level":
+                    results[name] = section_per_level(args)
+                elif name == "pcie":
+                    results[name] = section_pcie()
+                elif name == "confirmation":
+                    results[name] = section_confirmation(args)
+                results.setdefault("section_seconds", {})[name] = round(time.time() - t0, 1)
+                out_path.parent.mkdir(parents=True, exist_ok=True)
+                out_path.write_text(json.dumps(results, indent=2, default=str))
+        finally:
+            parallel.shutdown()
     results["total_seconds"] = round(time.time() - t_all, 1)
     out_path.write_text(json.dumps(results, indent=2, default=str))
     print_table(results)

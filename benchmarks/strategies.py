@@ -8,11 +8,10 @@ report (its best measured, feasible trial) is truly within 98 % of the optimum o
 
 from __future__ import annotations
 
-import logging
 import math
 import statistics
 import time
-import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ import numpy as np
 import optuna
 import yaml
 
+from benchmarks.landscapes import Landscape, landscape
+from benchmarks.parallel import LRU, pmap, quiet
 from optimizer.candidate import Candidate
 from optimizer.hosts.config import local_host
 from optimizer.loadgen.workload import Workload
@@ -292,6 +293,55 @@ def summarize(runs: list[dict[str, Any]], cap: float) -> dict[str, Any]:
     }
 
 
+# ---------------------------------------------------------------- units of parallel work (benchmarks.parallel)
+# A run is named by picklable arguments: ``where`` is a profile name, or ``(landscape_fn, seed)`` for a generated
+# landscape (``landscape_fn`` a module-level function such as benchmarks.landscapes.landscape). Each process builds
+# the space and the truth of the candidates once and keeps them for its later runs.
+_SETTINGS = LRU(8)  # where -> (profile or name, space, landscape concurrency, launch noise, {concurrency: truth})
+
+
+def _setting(where: Any) -> tuple[str | Profile, SearchSpace, int | None, float | None, dict[int, dict[str, Any]]]:
+    def make() -> tuple[str | Profile, SearchSpace, int | None, float | None, dict[int, dict[str, Any]]]:
+        if isinstance(where, str):
+            return where, space_for(where), None, None, {}
+        fn, k = where
+        land = fn(k)
+        return land.profile, space_for(land.profile), land.concurrency, land.launch_noise, {}
+
+    return _SETTINGS.get_or(where, make)
+
+
+def _truth(where: Any, concurrency: int) -> dict[str, Any]:
+    prof, space, _, _, truths = _setting(where)
+    if concurrency not in truths:
+        truths[concurrency] = truth(prof, space, concurrency)
+    return truths[concurrency]
+
+
+def truth_summary(tr: dict[str, Any]) -> dict[str, Any]:
+    return {k: tr[k] for k in ("optimum", "optimum_config", "baseline", "valid")}
+
+
+def driver_task(
+    where: Any, concurrency: int | None, strategy: str, seed: int, budget: int, hosts: int = 1
+) -> dict[str, Any]:
+    """One ``run_driver`` call; concurrency None: the landscape's own. The result carries the truth's summary."""
+    prof, space, land_conc, noise, _ = _setting(where)
+    conc = land_conc if concurrency is None else concurrency
+    tr = _truth(where, conc)
+    out = run_driver(prof, conc, strategy, seed, budget, space, tr, hosts=hosts, launch_noise=noise)
+    out["truth"] = truth_summary(tr)
+    return out
+
+
+def grid_task(where: Any, concurrency: int, seed: int, max_launches: int) -> dict[str, Any]:
+    prof, space, _, _, _ = _setting(where)
+    tr = _truth(where, concurrency)
+    out = run_grid(prof, concurrency, seed, space, tr, max_launches)
+    out["truth"] = truth_summary(tr)
+    return out
+
+
 def compare(
     seeds: int = 20,
     budgets: dict[str, int] | None = None,
@@ -299,9 +349,8 @@ def compare(
     log=print,
     strategies: tuple[str, ...] = STRATEGIES,
 ) -> dict[str, Any]:
-    """The four scenarios: every strategy over ``seeds`` seeds."""
-    warnings.filterwarnings("ignore")
-    optuna.logging.set_verbosity(logging.ERROR)
+    """The four scenarios: every strategy over ``seeds`` seeds (each run a unit of parallel work)."""
+    quiet()
     budgets = budgets or {
         "structured": 40,
         "structured-adaptive": 40,
@@ -311,11 +360,13 @@ def compare(
         "random": 150,
         "grid": 100000,
     }
+    t0 = time.time()
     out: dict[str, Any] = {"target": TARGET, "seeds": seeds, "budgets": budgets, "scenarios": []}
+    keys = [(p, c, s, seed) for p, c in scenarios for s in strategies for seed in range(seeds)]
+    results = pmap(_compare_task, [(p, c, s, seed, budgets[s]) for p, c, s, seed in keys])
+    by = dict(zip(keys, results))
     for profile_name, conc in scenarios:
-        t0 = time.time()
-        space = space_for(profile_name)
-        tr = truth(profile_name, space, conc)
+        tr = by[(profile_name, conc, strategies[0], 0)]["truth"]
         row: dict[str, Any] = {
             "profile": profile_name,
             "concurrency": conc,
@@ -326,12 +377,7 @@ def compare(
             "strategies": {},
         }
         for strategy in strategies:
-            runs = []
-            for seed in range(seeds):
-                if strategy == "grid":
-                    runs.append(run_grid(profile_name, conc, seed, space, tr, budgets["grid"]))
-                else:
-                    runs.append(run_driver(profile_name, conc, strategy, seed, budgets[strategy], space, tr))
+            runs = [by[(profile_name, conc, strategy, seed)] for seed in range(seeds)]
             cap = budgets[strategy] + 1 if strategy != "grid" else row["valid_configs"]
             summary = summarize(runs, cap)
             if strategy == "grid":
@@ -343,9 +389,15 @@ def compare(
                 f"p90 {summary['restarts_p90']:.1f} reached {summary['reached']}/{seeds} "
                 f"wall {summary['wall_h_median']:.1f} h prune saving {summary['prune_saving_mean']:.0%}"
             )
-        row["seconds"] = round(time.time() - t0, 1)
         out["scenarios"].append(row)
+    out["seconds"] = round(time.time() - t0, 1)
     return out
+
+
+def _compare_task(profile: str, conc: int, strategy: str, seed: int, budget: int) -> dict[str, Any]:
+    if strategy == "grid":
+        return grid_task(profile, conc, seed, budget)
+    return driver_task(profile, conc, strategy, seed, budget)
 
 
 FAMILY_STRATEGIES = ("structured", "structured-fixed", "structured-adaptive", "tpe", "random", "tpe-plain")
@@ -358,34 +410,27 @@ def compare_family(
     runs_per_landscape: int = 1,
     log=print,
     strategies: tuple[str, ...] = FAMILY_STRATEGIES,
+    landscape_fn: Callable[[int], Landscape] = landscape,
 ) -> dict[str, Any]:
-    """Generated landscapes (benchmarks/landscapes.py): every strategy, ``runs_per_landscape`` seeds each, all with
-    the same budget. Restarts are pooled over landscapes and seeds."""
-    from benchmarks.landscapes import landscape
-
-    warnings.filterwarnings("ignore")
-    optuna.logging.set_verbosity(logging.ERROR)
+    """Generated landscapes (``landscape_fn(seed)`` for each of ``seeds``; benchmarks/landscapes.py's by default):
+    every strategy, ``runs_per_landscape`` seeds each, all with the same budget. Restarts are pooled over landscapes
+    and seeds. ``landscape_fn`` must be a module-level function (it travels to the worker processes)."""
+    quiet()
     t0 = time.time()
+    keys = [(k, strategy, seed) for k in seeds for strategy in strategies for seed in range(runs_per_landscape)]
+    results = pmap(driver_task, [((landscape_fn, k), None, strategy, seed, budget) for k, strategy, seed in keys])
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in strategies}
-    trivial = 0
-    for k in seeds:
-        land = landscape(k)
-        space = space_for(land.profile)
-        tr = truth(land.profile, space, land.concurrency)
-        trivial += tr["baseline"] >= TARGET * tr["optimum"]
-        for strategy in strategies:
-            for seed in range(runs_per_landscape):
-                r = run_driver(
-                    land.profile, land.concurrency, strategy, seed, budget, space, tr, launch_noise=land.launch_noise
-                )
-                r["landscape"] = k
-                runs[strategy].append(r)
+    trivial: dict[int, bool] = {}
+    for (k, strategy, _seed), r in zip(keys, results):
+        r["landscape"] = k
+        runs[strategy].append(r)
+        trivial[k] = r["truth"]["baseline"] >= TARGET * r["truth"]["optimum"]
     out: dict[str, Any] = {
         "name": name,
         "landscapes": list(seeds),
         "budget": budget,
         "runs_per_landscape": runs_per_landscape,
-        "baseline_within_target": int(trivial),
+        "baseline_within_target": int(sum(trivial.values())),
         "strategies": {},
     }
     for strategy, rs in runs.items():
@@ -407,18 +452,20 @@ def _by_hosts(runs: dict[int, list[dict[str, Any]]], budget: int) -> dict[str, d
     return hosts
 
 
+HOST_COUNTS = (1, 2, 4)
+
+
 def wall_clock_by_hosts(
     profile: str, seeds: int = 10, budget: int = 40, log=print, strategy: str = "structured"
 ) -> dict[str, Any]:
     """Wall-clock to 98 % of the optimum with 1, 2 and 4 hosts, on the model's clock with the profile's real boot
     times (median over seeds)."""
-    space = space_for(profile)
-    tr = truth(profile, space, 1)
     out: dict[str, Any] = {"profile": profile, "strategy": strategy, "seeds": seeds, "hosts": {}}
-    runs = {
-        n: [run_driver(profile, 1, strategy, seed, budget, space, tr, hosts=n) for seed in range(seeds)]
-        for n in (1, 2, 4)
-    }
+    keys = [(n, seed) for n in HOST_COUNTS for seed in range(seeds)]
+    results = pmap(driver_task, [(profile, 1, strategy, seed, budget, n) for n, seed in keys])
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in HOST_COUNTS}
+    for (n, _seed), r in zip(keys, results):
+        runs[n].append(r)
     out["hosts"] = _by_hosts(runs, budget)
     for n, v in out["hosts"].items():
         log(
@@ -429,32 +476,21 @@ def wall_clock_by_hosts(
 
 
 def wall_clock_family(
-    seeds: tuple[int, ...], run_seed: int = 0, budget: int = 30, log=print, strategy: str = "structured"
+    seeds: tuple[int, ...],
+    run_seed: int = 0,
+    budget: int = 30,
+    log=print,
+    strategy: str = "structured",
+    landscape_fn: Callable[[int], Landscape] = landscape,
 ) -> dict[str, Any]:
     """Wall-clock to 98 % with 1, 2 and 4 hosts over generated landscapes (one run each, their own boot times and
     launch noise), median over the landscapes; also the median of each landscape's own 4-host fraction."""
-    from benchmarks.landscapes import landscape
-
     out: dict[str, Any] = {"landscapes": list(seeds), "run_seed": run_seed, "strategy": strategy, "hosts": {}}
-    runs: dict[int, list[dict[str, Any]]] = {1: [], 2: [], 4: []}
-    for k in seeds:
-        land = landscape(k)
-        space = space_for(land.profile)
-        tr = truth(land.profile, space, land.concurrency)
-        for n, rs in runs.items():
-            rs.append(
-                run_driver(
-                    land.profile,
-                    land.concurrency,
-                    strategy,
-                    run_seed,
-                    budget,
-                    space,
-                    tr,
-                    hosts=n,
-                    launch_noise=land.launch_noise,
-                )
-            )
+    keys = [(k, n) for k in seeds for n in HOST_COUNTS]
+    results = pmap(driver_task, [((landscape_fn, k), None, strategy, run_seed, budget, n) for k, n in keys])
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in HOST_COUNTS}
+    for (_k, n), r in zip(keys, results):
+        runs[n].append(r)
     walls = {n: [r["wall_s"] or r["clock_s"] for r in rs] for n, rs in runs.items()}
     out["hosts"] = _by_hosts(runs, budget)
     for n, v in out["hosts"].items():

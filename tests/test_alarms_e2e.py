@@ -28,12 +28,15 @@ SPACE = {
     "fixed": {"model-path": "m", "speculative-draft-model-path": "eagle3-head", "attention-backend": "fa3"},
     "parameters": {
         "speculative-algorithm": {"type": "categorical", "choices": ["EAGLE", "EAGLE3"]},
-        "speculative-num-steps": {"type": "categorical", "choices": [2, 3]},
+        "speculative-num-steps": {"type": "categorical", "choices": [2, 3, 7]},
         "speculative-eagle-topk": {"type": "categorical", "choices": [1]},
     },
 }
 EAGLE_ON_EAGLE3 = {"speculative-algorithm": "EAGLE", "speculative-num-steps": 2, "speculative-eagle-topk": 1}
 EAGLE3 = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 3, "speculative-eagle-topk": 1}
+#: EAGLE with 7 steps drafts the most for nothing: 115 against the baseline's 158 tok/s in the model (and EAGLE3
+#: 355), margins that per-request delays on a loaded machine do not close over 128-token answers
+SLOW_EAGLE = dict(EAGLE_ON_EAGLE3, **{"speculative-num-steps": 7})
 
 
 def run_study(
@@ -43,6 +46,7 @@ def run_study(
     requests: int,
     max_tokens: int = 8,
     server_env: dict[str, str] | None = None,
+    initial: list[dict] | None = None,
 ) -> tuple[optuna.Study, list]:
     cfg = parse_study(
         {
@@ -62,7 +66,7 @@ def run_study(
             },
             "budget": {"trials": 3},
             "pruner": {"name": "none"},
-            "initial": [EAGLE_ON_EAGLE3, EAGLE3],
+            "initial": initial or [EAGLE_ON_EAGLE3, EAGLE3],
         },
         "test",
     )
@@ -158,14 +162,14 @@ def test_misconfigured_server_raises_every_alarm(tmp_path, capsys):
 
 
 def test_a_correct_setup_raises_no_alarm(tmp_path):
-    study, lines = run_study(tmp_path, [], concurrency=1, requests=2, max_tokens=32)
+    study, lines = run_study(tmp_path, [], concurrency=1, requests=2, max_tokens=128, initial=[SLOW_EAGLE, EAGLE3])
     t = by_config(study)
     found = alarms.study_alarms(study)
     # EAGLE with an EAGLE-3 drafter is still a mistake; the right algorithm, correct outputs and an honoured
     # configuration raise nothing
     assert t["EAGLE3"].value > t["baseline"].value
     assert t["EAGLE3"].number not in found and t["baseline"].number not in found
-    # (c) slower than the baseline (the model: 137 against 158 tok/s)
+    # (c) slower than the baseline (the model: 115 against 158 tok/s)
     assert t["EAGLE"].value < t["baseline"].value
     assert kinds(found[t["EAGLE"].number]) >= {"low_accept", "slower_than_baseline"}
     assert "ALARM trial 1 slower_than_baseline" in "\n".join(lines)

@@ -65,7 +65,7 @@ SPEC_PLAIN = cand("EAGLE3", "unset", "Ring")
 NONE_RING = cand("none", "unset", "Ring")
 
 
-def run_study(tmp_path: Path, name: str, **over) -> tuple[optuna.Study, dict, list[str]]:
+def run_study(tmp_path: Path, name: str, space: dict = SPACE, **over) -> tuple[optuna.Study, dict, list[str]]:
     data = {
         "study": name,
         "studies_dir": str(tmp_path / "studies"),
@@ -89,15 +89,48 @@ def run_study(tmp_path: Path, name: str, **over) -> tuple[optuna.Study, dict, li
     executor = RayExecutor(hosts, cfg.study_dir.absolute())
     lines: list[str] = []
     try:
-        study = Driver(cfg, parse_space(SPACE, "levels.yaml"), hosts, executor, progress=Progress(lines.append)).run()
+        study = Driver(cfg, parse_space(space, "levels.yaml"), hosts, executor, progress=Progress(lines.append)).run()
     finally:
         executor.shutdown()
     return study, export_study(study, cfg.study_dir), lines
 
 
-def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_path, ray_runtime):
-    # p99 ITL at concurrency 8 must stay under 65 ms (step scale 2): speculation's verify bursts break it there.
-    study, summary, lines = run_study(tmp_path, "levels", limits={8: {"itl_p99_ms": 65}})
+def run_model_study(tmp_path: Path, name: str, **over) -> tuple[optuna.Study, dict]:
+    """The same study, driver and export on the simulator's own clock (``optimizer.simexec.ModelExecutor``): every
+    figure is the profile's model (seeded), so which configuration wins at a level is the model's answer and never
+    a race between processes on a loaded machine. Longer answers than the process run (no wall time is spent) keep
+    the acceptance noise of a chunk small; no launch-to-launch noise (that is the confirmation's business)."""
+    from optimizer.simexec import ModelExecutor
+
+    data = {
+        "study": name,
+        "studies_dir": str(tmp_path / "studies"),
+        "workload": {
+            "concurrency": [1, 8, 64],
+            "max_tokens": 256,
+            "chunks": 2,
+            "requests_per_chunk": 4,
+            "warmup_requests": 1,
+        },
+        "budget": {"trials": 5},
+        "sampler": {"seed": 0},
+        "initial": [SPEC_LL, NONE_LL, SPEC_PLAIN, NONE_RING],
+        "objective": {"level": 1},
+    }
+    data.update(over)
+    cfg = parse_study(data, "test")
+    hosts = [local_host("local")]
+    executor = ModelExecutor(KIMI, ["local"], cfg.workload, seed=0, launch_noise=0.0)
+    study = Driver(cfg, parse_space(SPACE, "levels.yaml"), hosts, executor, progress=Progress(lambda s: None)).run()
+    return study, export_study(study, cfg.study_dir)
+
+
+def test_three_levels_measured_after_each_boot_by_real_servers(tmp_path, ray_runtime):
+    """Real simulator processes: every launch measures all three levels and the study exports one answer per level.
+    Which configuration is fastest is not asserted here: on a loaded machine the processes' wall-clock figures
+    can swap configurations a few per cent apart (the next test asks the model's clock)."""
+    # a limit every configuration keeps even on a loaded machine: judged on every trial, it removes no answer
+    study, summary, _ = run_study(tmp_path, "levels", limits={8: {"itl_p99_ms": 5000}})
     trials = study.get_trials()
     launched = [t for t in trials if t.user_attrs.get("launched")]
     assert len(launched) == 5  # one boot per configuration, every level measured after it
@@ -117,8 +150,41 @@ def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_p
         if t.user_attrs["outcome"] == "complete":
             assert t.value == pytest.approx(levels["1"]["tok_per_s"])
             assert t.user_attrs["itl_ms_p99"] == levels["1"]["itl_ms_p99"]
+        # the latency limit is judged on every trial's measured c8 p99 ITL
+        assert t.constraints["c8_itl_p99_ms"] <= 0
         # intermediate values are the objective level's chunks only: they pair across trials
         assert sorted(t.intermediate_values) == [0, 1]
+
+    # One answer per level, each in its own SGLang config file, whichever configurations the processes favoured.
+    rows = {r["concurrency"]: r for r in summary["levels"]}
+    assert set(rows) == {1, 8, 64}
+    out = tmp_path / "studies/levels"
+    for c, row in rows.items():
+        assert row["trial"] in {t.number for t in launched}
+        assert row["gain_over_baseline"] is not None and row["baseline_tok_per_s"] > 0
+        assert isinstance(yaml.safe_load((out / f"best-c{c}.yaml").read_text()), dict)
+        assert (out / f"best-c{c}.env").exists()
+    assert summary["limits"] == ["c8: itl p99 <= 5000 ms"]
+
+    # A dry run of the same study reads the boot and benchmark times it measured so far.
+    d = dry_run(
+        parse_study({"study": "levels", "workload": {"concurrency": [1, 8, 64]}, "budget": {"trials": 9}}, "t"),
+        parse_space(SPACE, "levels.yaml"),
+        hosts=1,
+        existing=study,
+    )
+    assert d.launches == 4 and d.boot_s > 0 and d.bench_s > 0 and d.wall_s > 0
+    assert d.times_from == "median of the launches measured so far" and d.candidates == 8  # baseline among them
+
+
+def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_path):
+    # On the model's clock: p99 ITL at concurrency 8 (the cycle over the tokens a step yields for the category
+    # that accepts least) must stay under 20 ms; only no speculation with NCCL LL (18.4 ms) keeps it.
+    study, summary = run_model_study(tmp_path, "levels", limits={8: {"itl_p99_ms": 20}})
+    launched = [t for t in study.get_trials() if t.user_attrs.get("launched")]
+    assert len(launched) == 5
+    for t in launched:
+        assert set(t.user_attrs["levels"]) == {"1", "8", "64"}
 
     # Three levels, three different answers, each in its own SGLang config file.
     rows = {r["concurrency"]: r for r in summary["levels"]}
@@ -132,7 +198,8 @@ def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_p
     assert files[1]["speculative-algorithm"] == "EAGLE3"  # speculation pays at concurrency 1 ...
     assert "speculative-algorithm" not in files[8]  # ... and not at 8, which the table says plainly
     assert rows[8]["speculation_wins"] is False and "no speculative configuration beats the baseline" in rows[8]["note"]
-    assert (tmp_path / "studies/levels/best-c8.env").read_text().count("export NCCL_PROTO=LL") == 1
+    assert (out / "best-c8.env").read_text().count("export NCCL_PROTO=LL") == 1
+    assert files[64]["speculative-algorithm"] == "EAGLE3" and not any("NCCL_PROTO" in x for x in envs[64])
     for c in rows:
         assert rows[c]["gain_over_baseline"] is not None and rows[c]["baseline_tok_per_s"] > 0
 
@@ -144,33 +211,23 @@ def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_p
     assert summary["best"]["trial"] != top.number
     best = study.trials[summary["best"]["trial"]]
     assert all(v <= 0 for v in best.constraints.values())
-    assert summary["limits"] == ["c8: itl p99 <= 65 ms"]
+    assert summary["limits"] == ["c8: itl p99 <= 20 ms"]
     assert "objective" in summary and "concurrency 1" in summary["objective"]
 
-    # The trade-off at concurrency 1 is real: speculation's verify bursts raise p99 ITL while raising tok/s, so
+    # The trade-off at concurrency 1 is real: speculation's longer cycle raises p99 ITL while raising tok/s, so
     # the Pareto front of tok/s against p99 ITL holds more than one configuration.
     front = pareto_front(study, Plan([1, 8, 64], Objective(level=1, pareto=True), {}, chunks=2))
     assert len(front) >= 2, front
     assert front[0]["trial"] == top.number and front[-1]["itl_ms_p99"] < front[0]["itl_ms_p99"]
     assert all(a["tok_per_s"] > b["tok_per_s"] and a["itl_ms_p99"] > b["itl_ms_p99"] for a, b in zip(front, front[1:]))
 
-    # A dry run of the same study reads the boot and benchmark times it measured so far.
-    d = dry_run(
-        parse_study({"study": "levels", "workload": {"concurrency": [1, 8, 64]}, "budget": {"trials": 9}}, "t"),
-        parse_space(SPACE, "levels.yaml"),
-        hosts=1,
-        existing=study,
-    )
-    assert d.launches == 4 and d.boot_s > 0 and d.bench_s > 0 and d.wall_s > 0
-    assert d.times_from == "median of the launches measured so far" and d.candidates == 8  # baseline among them
-
     # The same answers for people: the report's section, the trial's note, the final terminal summary.
     page = write_report(study, tmp_path / "report.html").read_text()
-    assert "Answers per load level" in page and "c8: itl p99 &lt;= 65 ms" in page
+    assert "Answers per load level" in page and "c8: itl p99 &lt;= 20 ms" in page
     assert "no speculative configuration beats the baseline" in page and "best-c1.yaml" in page
     assert "Pareto front at concurrency" in page and 'id="fig-pareto"' in page
     note = "\n".join(note_lines(study, top))
-    assert "### Per load level" in note and "limit c8 itl p99 <= 65 ms: **broken**" in note
+    assert "### Per load level" in note and "limit c8 itl p99 <= 20 ms: **broken**" in note
     term = terminal_lines(summary, study)
     assert term[0].startswith("best per load level (objective: tok/s at concurrency 1)")
     assert any(line.strip().startswith("8 ") and "baseline" in line for line in term), term
@@ -179,10 +236,15 @@ def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_p
 
 def test_pruning_acts_on_the_objective_level_which_runs_first(tmp_path, ray_runtime):
     """Objective concurrency 8 runs first and only its chunks are reported, so they pair across trials; a clearly
-    worse configuration is pruned there and the other level is never spent on it."""
+    worse configuration is pruned there and the other level is never spent on it. Clearly: EAGLE given the EAGLE-3
+    drafter accepts almost nothing, 198 against 435 tok/s for the best at 8 in the model (2.2x), a gap that
+    wall-clock measurements on a loaded machine do not close."""
+    space = dict(SPACE, parameters=dict(SPACE["parameters"]))
+    space["parameters"]["speculative-algorithm"] = {"type": "categorical", "choices": ["none", "EAGLE3", "EAGLE"]}
     study, summary, _ = run_study(
         tmp_path,
         "prune",
+        space=space,
         objective={"level": 8},
         workload={
             "concurrency": [1, 8],
@@ -191,12 +253,13 @@ def test_pruning_acts_on_the_objective_level_which_runs_first(tmp_path, ray_runt
             "requests_per_chunk": 1,
             "warmup_requests": 1,
         },
-        initial=[NONE_LL, SPEC_LL, cand("EAGLE3", "unset", "unset")],
+        initial=[NONE_LL, SPEC_LL, cand("EAGLE", "unset", "unset")],
         pruner={"name": "ratio", "n_startup_trials": 1},
         budget={"trials": 4},
     )
     pruned = [t for t in study.get_trials() if t.user_attrs.get("outcome") == "pruned"]
     assert pruned, [(t.number, t.user_attrs.get("outcome"), t.value) for t in study.get_trials()]
+    assert any(t.user_attrs["flags"].get("speculative-algorithm") == "EAGLE" for t in pruned)
     for t in pruned:
         assert max(t.intermediate_values) < 3  # stopped before the objective level's last chunk
         assert "1" not in (t.user_attrs.get("levels") or {})  # the other level never ran: no restart was wasted

@@ -345,22 +345,25 @@ E2E_SPACE = {
 }
 
 
-def test_study_through_simulator_processes_reaches_the_optimum_of_a_small_space(tmp_path):
+def _e2e_study(tmp_path, executor: str) -> tuple[optuna.Study, dict, float]:
+    """The small Kimi space searched by the real driver, through simulator processes ("processes") or on the
+    simulator's own clock ("model", ``optimizer.simexec.ModelExecutor``). Returns the study, the true tok/s of
+    every candidate and the optimum."""
+    from optimizer.simexec import ModelExecutor
+
     space = parse_space(E2E_SPACE, "e2e.yaml")
     prof = load_profile(KIMI)
     truth = {}
     for cand in space.grid():
         ev = prof.evaluate(dict(cand.flags), dict(cand.env), 1, CATEGORY_MIX)
         truth[cand.key(architecture=space.model.architecture)] = ev.tok_per_s if ev.ok else 0.0
-    optimum = max(truth.values())
     cfg = parse_study(
         {
             "study": "structured-e2e",
             "studies_dir": str(tmp_path / "studies"),
             # no launch-to-launch noise: the optimum (LL with Ring) is 3 % above LL alone, and with the profile's
-            # 1.8 % per boot two launches differ by 2.5 % (one sigma), so the best single launch can be the wrong
-            # one (it was, once, in a fresh-clone run). This test is about the search; launch noise is the
-            # confirmation's job (tests/test_confirm_e2e.py)
+            # 1.8 % per boot two launches differ by 2.5 % (one sigma). This test is about the search; launch
+            # noise is the confirmation's job (tests/test_confirm_e2e.py)
             "server": {"command": [*sim_command(), "--sim-launch-noise", "0"], "boot_timeout_s": 30},
             "workload": {"max_tokens": 64, "chunks": 4, "requests_per_chunk": 2, "warmup_requests": 1},
             "budget": {"trials": 9},
@@ -369,22 +372,45 @@ def test_study_through_simulator_processes_reaches_the_optimum_of_a_small_space(
         "test",
     )
     hosts = [local_host("local")]
-    executor = ThreadExecutor(hosts, cfg.study_dir.absolute())
+    if executor == "model":
+        ex = ModelExecutor(KIMI, ["local"], cfg.workload, seed=0, launch_noise=0.0)
+    else:
+        ex = ThreadExecutor(hosts, cfg.study_dir.absolute())
     try:
-        study = Driver(cfg, space, hosts, executor, progress=Progress(lambda s: None)).run()
+        study = Driver(cfg, space, hosts, ex, progress=Progress(lambda s: None)).run()
     finally:
-        executor.shutdown()
+        ex.shutdown()
+    return study, truth, max(truth.values())
+
+
+def test_study_through_simulator_processes_runs_the_model_chosen_launches(tmp_path):
+    """Real simulator processes: the driver launches distinct candidates the model chose, each saying what the
+    model expected of it, and reads the PCIe-only fact from the server's log. How close the best comes to the
+    optimum is not asserted here: 3 % apart, two configurations' wall-clock figures can swap on a loaded machine
+    (the next test asks the simulator's own clock)."""
+    study, truth, optimum = _e2e_study(tmp_path, "processes")
+    launched = [t for t in study.get_trials() if t.user_attrs.get("launched")]
+    assert len(launched) <= 9 and len({t.user_attrs["candidate_key"] for t in launched}) == len(launched)
+    best = best_trial(study)
+    assert best is not None and truth[best.user_attrs["candidate_key"]] > 0
+    # every model-chosen launch says what the model expected of it
+    chosen = [t for t in launched if not t.user_attrs.get("baseline") and not t.user_attrs.get("warm_start")]
+    assert chosen and all(PREDICTED in t.user_attrs for t in chosen)
+    # the simulated PCIe box logs SGLang's warning that custom all-reduce is unsupported; the probe reads it
+    baseline = next(t for t in launched if t.user_attrs.get("baseline"))
+    assert baseline.user_attrs["host_facts"]["pcie_only"] is True
+
+
+def test_study_on_the_simulators_clock_reaches_the_optimum_of_a_small_space(tmp_path):
+    study, truth, optimum = _e2e_study(tmp_path, "model")
     launched = [t for t in study.get_trials() if t.user_attrs.get("launched")]
     assert len(launched) <= 9 and len({t.user_attrs["candidate_key"] for t in launched}) == len(launched)
     best = best_trial(study)
     assert truth[best.user_attrs["candidate_key"]] >= 0.98 * optimum, (best.user_attrs["config"], optimum)
-    # every model-chosen launch says what the model expected of it
     chosen = [t for t in launched if not t.user_attrs.get("baseline") and not t.user_attrs.get("warm_start")]
     assert chosen and all(PREDICTED in t.user_attrs for t in chosen)
-    # the simulated PCIe box logs SGLang's warning that custom all-reduce is unsupported; the probe reads it, and
-    # once a launch has reported it the sampler learns how much the NCCL settings matter
-    baseline = next(t for t in launched if t.user_attrs.get("baseline"))
-    assert baseline.user_attrs["host_facts"]["pcie_only"] is True
+    # once a launch has reported the PCIe-only box and speculation at the default settings measured slower than
+    # none, the sampler learns how much the NCCL settings matter
     assert chosen[-1].user_attrs["search:adaptive_settings"] is True
 
 

@@ -65,7 +65,10 @@ def make_cfg(tmp_path: Path, **over):
     data = {
         "study": "e2e",
         "studies_dir": str(tmp_path / "studies"),
-        "server": {"command": sim_command(), "boot_timeout_s": 30},
+        # real step times (step scale 1): a 48-token answer takes 0.5-0.7 s, so the model's gaps (the 5-step chain
+        # 28 % behind the baseline, 39 % behind the 2-step chain) stay far above the per-request delays of a
+        # loaded machine (at step scale 0.1 an answer took 50 ms and a delay could reorder them)
+        "server": {"command": sim_command(step_scale=1.0), "boot_timeout_s": 30},
         "workload": {"max_tokens": 48, "chunks": 4, "requests_per_chunk": 2, "warmup_requests": 1},
         "budget": {"trials": 5},
         "sampler": {"seed": 3},

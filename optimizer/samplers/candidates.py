@@ -78,15 +78,18 @@ def _norm(v: Any) -> Any:
     return v
 
 
-_CACHE: dict[tuple, CandidateTable] = {}
+#: (id of the space, gpu_sm) -> (the space, its table): holding the space keeps its id from being reused by another
+#: space while its table is cached (a freed space's id can come back on a new one in the same process)
+_CACHE: dict[tuple, tuple[SearchSpace, CandidateTable]] = {}
 
 
 def build_table(space: SearchSpace, *, gpu_sm: int = 90) -> CandidateTable:
     key = (id(space), gpu_sm)
-    if key not in _CACHE:
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not space:
         _CACHE.clear()  # one space per process at a time; keep memory flat in long benchmark runs
-        _CACHE[key] = _build(space, gpu_sm)
-    return _CACHE[key]
+        hit = _CACHE[key] = (space, _build(space, gpu_sm))
+    return hit[1]
 
 
 def _walk(space: SearchSpace, names: list[str], values: dict[str, Any], i: int = 0):

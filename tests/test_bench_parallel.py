@@ -1,0 +1,62 @@
+"""`make bench` on several worker processes gives the same figures as on one: every run is seeded explicitly,
+rebuilt from picklable arguments in its worker, and its result is gathered in submission order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import parallel
+from benchmarks.landscapes import landscape
+from benchmarks.strategies import compare, compare_family
+
+SCENARIO = [("llama-3.1-8b-h100", 1)]
+BUDGETS = {"structured": 8, "random": 8, "grid": 12}
+
+
+def _figures(jobs: int) -> tuple[dict, dict, list[str]]:
+    lines: list[str] = []
+    parallel.set_jobs(jobs)
+    try:
+        scen = compare(seeds=2, budgets=BUDGETS, scenarios=SCENARIO, log=lines.append, strategies=tuple(BUDGETS))
+        fam = compare_family(
+            "held-out", (1000, 1001), budget=8, log=lines.append, strategies=("structured",), landscape_fn=landscape
+        )
+    finally:
+        parallel.set_jobs(1)
+    for out in (scen, fam):
+        out.pop("seconds")
+    return scen, fam, lines
+
+
+@pytest.fixture(scope="module")
+def one_and_two():
+    return _figures(1), _figures(2)
+
+
+def test_one_job_and_two_jobs_give_the_same_restarts(one_and_two):
+    (scen1, fam1, lines1), (scen2, fam2, lines2) = one_and_two
+    assert json.dumps(scen1, sort_keys=True) == json.dumps(scen2, sort_keys=True)
+    assert json.dumps(fam1, sort_keys=True) == json.dumps(fam2, sort_keys=True)
+    assert lines1 == lines2  # the same log, in the same order
+    row = scen1["scenarios"][0]
+    assert set(row["strategies"]) == set(BUDGETS) and row["strategies"]["structured"]["runs"] == 2
+    assert len(fam1["strategies"]["structured"]["restarts_each"]) == 2
+    assert fam1["landscapes"] == [1000, 1001]
+
+
+def test_results_come_back_in_submission_order():
+    parallel.set_jobs(2)
+    try:
+        assert parallel.pmap(_slow_square, [(3, 0.3), (2, 0.0), (1, 0.1)]) == [9, 4, 1]
+    finally:
+        parallel.set_jobs(1)
+    assert parallel.pmap(_slow_square, [(5, 0.0)]) == [25]
+
+
+def _slow_square(x: int, wait_s: float) -> int:
+    import time
+
+    time.sleep(wait_s)
+    return x * x
