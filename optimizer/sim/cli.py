@@ -34,6 +34,7 @@ TYPED: dict[str, Callable[[str], Any]] = {
     "speculative-num-steps": int,
     "speculative-eagle-topk": int,
     "speculative-num-draft-tokens": int,
+    "speculative-adaptive-config": str,
     "attention-backend": str,
     "max-running-requests": int,
     "cuda-graph-max-bs": int,
@@ -55,6 +56,9 @@ STORE_TRUE = {
     "disable-overlap-schedule",
     "enable-dp-attention",
     "speculative-adaptive",
+    "enable-two-batch-overlap",
+    "enable-multi-layer-eagle",
+    "enable-pdmux",
 }
 # The simulator's own options: clearly separate from SGLang's.
 SIM_OPTIONS: dict[str, Callable[[str], Any]] = {
