@@ -619,8 +619,10 @@ class Profile:
             for c, w in zip(names, weights):
                 L = self.accept_length(r["algo"], (k, 1, k + 1), c) if k > 0 else 1.0
                 cdf = accept_cdf(round(L, 6), k) if k > 0 else (1.0,)
-                pmf += w * np.diff(np.concatenate([[0.0], cdf]))
-            pmfs[k] = pmf / pmf.sum()
+                # requests of equal length: a category's share of verify steps goes as its share / its accept length
+                pmf += (w / L) * np.diff(np.concatenate([[0.0], cdf]))
+            pmf = pmf / pmf.sum()
+            pmfs[k] = pmf
             means[k] = float((pmf * np.arange(1, k + 2)).sum())
 
         rng = np.random.default_rng(_key_hash(self.name, b, cfg.batch_sizes))
