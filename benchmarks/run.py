@@ -4,6 +4,7 @@ python -m benchmarks.run                 # everything (about 80 minutes on 2 cor
 python -m benchmarks.run --seeds 5       # fewer seeds for the strategy comparison
 python -m benchmarks.run --only strategies,loop
 python -m benchmarks.run --only pcie     # the settings models on generated PCIe-only machines (not in the default)
+python -m benchmarks.run --only adaptive # the tuned adaptive schedule against SGLang's default and the static best
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
-SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level")
+SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level", "adaptive")
 OPTIONAL = ("pcie",)  # run only when named in --only
 
 
@@ -73,6 +74,13 @@ def section_per_level(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.per_level import compare
 
     return compare(seeds=min(args.seeds, args.per_level_seeds), log=log)
+
+
+def section_adaptive(args: argparse.Namespace) -> dict[str, Any]:
+    """One adaptive server (the exported schedule, SGLang's default config) against static answers, per level."""
+    from benchmarks.adaptive import compare
+
+    return compare(args.adaptive_seeds, log=log)
 
 
 def section_loop(work: Path) -> dict[str, Any]:
@@ -262,6 +270,11 @@ def print_table(results: dict[str, Any]) -> None:
             f"  every level at 98 % (objective gain): per-level study {s2['multi_median']:.1f}; single-level studies "
             f"{s2['single_sum_of_levels']:.1f} in all (hardest one {s2['single_max_of_levels']:.1f})"
         )
+    if results.get("adaptive"):
+        log("\nOne adaptive server per level (fractions of each level's optimum, median; benchmarks/adaptive.py)")
+        from benchmarks.adaptive import print_rows
+
+        print_rows(results["adaptive"], log)
     h = results.get("hosts", {}).get("model_clock")
     if h:
         for prof, v in h.items():
@@ -291,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-seeds", type=int, default=10)
     ap.add_argument("--e2e-trials", type=int, default=10)
     ap.add_argument("--per-level-seeds", type=int, default=5)
+    ap.add_argument("--adaptive-seeds", type=int, default=5)
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -339,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = section_e2e(work, args)
             elif name == "per_level":
                 results[name] = section_per_level(args)
+            elif name == "adaptive":
+                results[name] = section_adaptive(args)
             elif name == "pcie":
                 results[name] = section_pcie()
             elif name == "confirmation":

@@ -6,8 +6,9 @@ once. SGLang's adaptive mode (``--speculative-adaptive --speculative-adaptive-co
 the measured best *chain* of each level can be served by one server:
 
 - each level ``c`` becomes the slot ``"c"`` with ``candidate_steps: [s]``, ``s`` the step count of the fastest
-  topk-1 chain measured at ``c`` (complete, within the level's latency limits), or ``[0]`` (no drafting) where
-  the fastest launch without speculation beat every chain. One candidate per slot: SGLang's rule moves between
+  topk-1 chain measured at ``c`` (complete, within the level's latency limits). Where no speculation measured
+  faster, the note says so, but the chain stays: SGLang's 0 steps still runs the verify path and the draft-extend
+  pass (it is not the baseline) and no launch measured it. One candidate per slot: SGLang's rule moves between
   candidates by acceptance alone, not by the step's cost, so a wider set would let it drift away from the
   measured best (docs/adaptive.md);
 - a batch between two levels uses the slot of the level below (SGLang pads it to a captured graph size, then takes
@@ -89,12 +90,9 @@ def schedule(study: optuna.Study) -> dict[str, Any] | None:
     for r in rows:
         c = r["concurrency"]
         chain, none, top = r.get("chain"), r.get("none"), r.get("any")
-        if chain is None and none is None:
+        if chain is None:
             continue
-        if chain is not None and (none is None or chain[0] >= none[0]):
-            steps, tps, src = _tree(chain[1])[1][0], chain[0], chain[1]  # type: ignore[index]
-        else:
-            steps, tps, src = 0, none[0], none[1]  # type: ignore[index]
+        steps, tps, src = _tree(chain[1])[1][0], chain[0], chain[1]  # type: ignore[index]
         config[str(c)] = {"candidate_steps": [steps]}
         row: dict[str, Any] = {
             "concurrency": c,
@@ -108,10 +106,14 @@ def schedule(study: optuna.Study) -> dict[str, Any] | None:
             "needs_topk_gt_1": False,
             "note": "",
         }
-        if steps == 0:
+        if none is not None and none[0] > tps:
+            # SGLang's 0 steps is not "no speculation": it still runs the verify path and the draft-extend pass,
+            # and no launch of the study measured it, so the measured best chain stays
             row["note"] = (
-                "no speculation measured fastest at this level: adaptive mode runs 0 steps here (no drafting; "
-                "SGLang still runs the draft-extend pass, so expect a little below the baseline)"
+                f"no speculation measured fastest at this level ({none[1].user_attrs.get(R.CONFIG)}: "
+                f"{none[0]:.1f} tok/s, the chain {1.0 - tps / none[0]:.1%} less); adaptive mode's 0 steps still "
+                "runs the verify path and the draft-extend pass and was not measured, so the best chain is kept: "
+                "serve without speculation if this load dominates"
             )
         if top is not None and top[1] is not src and top[0] > tps:
             cost = 1.0 - tps / top[0]
@@ -128,7 +130,7 @@ def schedule(study: optuna.Study) -> dict[str, Any] | None:
                     f"an adaptive launch measured fastest here ({top[1].user_attrs.get(R.CONFIG)}: {top[0]:.1f} "
                     f"tok/s, {cost:.1%} above the chosen step count)"
                 )
-            elif not row["note"]:
+            elif not row["note"] and _tree(top[1])[1] is not None:
                 row["note"] = (
                     f"the fastest launch at this level ({top[1].user_attrs.get(R.CONFIG)}: {top[0]:.1f} tok/s) "
                     f"differs in other settings; the chosen step count measured {cost:.1%} less"
