@@ -421,3 +421,54 @@ def test_adaptive_space_loads_and_runs_through_both_samplers():
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_confirmation_relaunches_schedule_default_and_static_interleaved(tmp_path):
+    """The schedule, SGLang's default adaptive config and the static best, relaunched in rounds (in-process model
+    executor, the real driver and export): the tuned schedule beats SGLang's default at 64 streams on Llama."""
+    import optuna
+
+    from optimizer.adaptive_confirm import ARMS, RESULT_ATTR, confirm_schedule
+    from optimizer.pruning import make_pruner
+    from optimizer.samplers import make_sampler
+    from optimizer.simexec import ModelExecutor
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    space = parse_space(
+        {
+            "name": "chains",
+            "architecture": "LlamaForCausalLM",
+            "fixed": {"model-path": "m", "speculative-draft-model-path": "d", "max-running-requests": 64},
+            "parameters": {
+                "speculative-algorithm": {"type": "categorical", "choices": ["EAGLE3"]},
+                "speculative-num-steps": {"type": "int", "low": 1, "high": 7},
+                "speculative-eagle-topk": {"type": "categorical", "choices": [1]},
+            },
+        },
+        "chains.yaml",
+    )
+    cfg = parse_study(
+        {
+            "study": "confirm-adaptive",
+            "studies_dir": str(tmp_path / "studies"),
+            "budget": {"trials": 10},
+            "workload": {"concurrency": [1, 64], "max_tokens": 256, "chunks": 4, "requests_per_chunk": 4},
+            "sampler": {"seed": 0},
+            "objective": "gain",
+        },
+        "<test>",
+    )
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg, space), pruner=make_pruner("ratio"))
+    ex = ModelExecutor("llama-3.1-8b-h100", ["h0"], cfg.workload, seed=3)
+    hosts = [local_host("h0")]
+    Driver(cfg, space, hosts, ex, progress=Progress(lambda s: None), study=study).run()
+    export_study(study, cfg.study_dir)
+    lines: list[str] = []
+    result = confirm_schedule(cfg, hosts, ex, study, cfg.study_dir, rounds=2, say=lines.append)
+    assert result is not None and study.user_attrs[RESULT_ATTR]["rounds"] == 2
+    assert [r["arm"] for r in result["runs"]] == list(ARMS) * 2  # interleaved: A B C, A B C
+    assert all(r["status"] == "complete" and set(r["levels"]) == {"1", "64"} for r in result["runs"])
+    c64 = result["levels"]["64"]
+    assert c64["tuned_vs_default"]["gain"] > 0.15  # SGLang's default runs 0 steps at 64; a 3-step chain wins
+    assert all(c64["arms"][a]["launches"] == 2 for a in ARMS)
+    assert any("tuned vs default" in line for line in lines)
