@@ -24,7 +24,7 @@ from optimizer.executors import ThreadExecutor
 from optimizer.export import export_study
 from optimizer.hosts.config import local_host
 from optimizer.levels import adaptive_rows, study_plan
-from optimizer.levels_view import terminal_lines
+from optimizer.levels_view import report_section, terminal_lines
 from optimizer.settings import parse_study
 from optimizer.sglang import adaptive
 from optimizer.sglang import flags as sgl
@@ -350,6 +350,7 @@ def test_per_level_export_writes_a_schedule_that_boots_through_its_launch_script
     rows = adaptive_rows(study, study_plan(study))
     assert [r["concurrency"] for r in rows] == [1, 16] and all(r["adaptive_tok_per_s"] for r in rows)
     assert any("adaptive mode" in line for line in terminal_lines(summary, study))
+    assert "SGLang's adaptive speculation against the static answers" in report_section(study)
 
     # the launch script boots the schedule on the simulator as is
     port = _free_port()
