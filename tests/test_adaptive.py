@@ -288,8 +288,8 @@ CHAINS = {
     "parameters": {
         "speculative-algorithm": {"type": "categorical", "choices": ["EAGLE3"]},
         "speculative-num-steps": {"type": "int", "low": 1, "high": 6},
-        "speculative-eagle-topk": {"type": "categorical", "choices": [1, 4]},
-        "speculative-num-draft-tokens": {"type": "categorical", "choices": [8], "when": "topk > 1"},
+        "speculative-eagle-topk": {"type": "categorical", "choices": [1, 8]},
+        "speculative-num-draft-tokens": {"type": "categorical", "choices": [11], "when": "topk > 1"},
         "speculative-adaptive": {"type": "categorical", "choices": [False, True]},
     },
     "constraints": ["not speculative_adaptive or (topk == 1 and steps == 3)"],
@@ -302,17 +302,17 @@ def chain(steps: int) -> dict:
 
 
 def test_per_level_export_writes_a_schedule_that_boots_through_its_launch_script(tmp_path):
-    tree = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 5, "speculative-eagle-topk": 4,
-            "speculative-num-draft-tokens": 8, "speculative-adaptive": False}  # fmt: skip
+    tree = {"speculative-algorithm": "EAGLE3", "speculative-num-steps": 5, "speculative-eagle-topk": 8,
+            "speculative-num-draft-tokens": 11, "speculative-adaptive": False}  # fmt: skip
     sglang_adaptive = {**chain(3), "speculative-adaptive": True}
     cfg = parse_study(
         {
             "study": "adaptive",
             "studies_dir": str(tmp_path / "studies"),
-            "server": {"command": sim_command("llama-3.1-8b-h100", 0.002, 0.02), "boot_timeout_s": 60},
+            "server": {"command": sim_command("llama-3.1-8b-h100", 0.002, 1.0), "boot_timeout_s": 60},
             "workload": {
                 "concurrency": [1, 16],
-                "max_tokens": 48,
+                "max_tokens": 64,
                 "chunks": 1,
                 "requests_per_chunk": 2,
                 "warmup_requests": 1,
@@ -343,9 +343,9 @@ def test_per_level_export_writes_a_schedule_that_boots_through_its_launch_script
     levels = {r["concurrency"]: r for r in ad["levels"]}
     for c, r in levels.items():  # each slot runs the fastest chain measured at its level
         assert config[str(c)]["candidate_steps"] == [r["steps"]] and r["steps"] in (2, 3, 5, 6, 1, 4, 0)
-    # the tree wins at concurrency 1 on this profile; the schedule says so and what the chain costs there
+    # the tree (5, 8, 11) wins at concurrency 1 on this profile (+19 % in the model); the schedule says so and what the chain costs
     assert levels[1]["needs_topk_gt_1"] and "adaptive mode cannot express" in levels[1]["note"]
-    assert 0 < levels[1]["cost_vs_level_best"] < 0.5
+    assert 0 < levels[1]["cost_vs_level_best"] < 1  # ~16 % in the model
     assert "cannot express" in (out / "best-adaptive.yaml").read_text()
     # SGLang's own adaptive launch is reported next to the static answers
     rows = adaptive_rows(study, study_plan(study))
