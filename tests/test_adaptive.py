@@ -234,14 +234,14 @@ def test_simulator_switches_tiers_by_batch_size_and_by_acceptance(tmp_path):
     cfg.write_text(json.dumps({"1": {"candidate_steps": [4]}, "16": {"candidate_steps": [2]}}))
     srv = _Server("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-adaptive",
                   "--speculative-adaptive-config", str(cfg), "--enable-metrics", "--max-running-requests", "32",
-                  step_scale=0.5)  # fmt: skip
+                  step_scale=4.0)  # fmt: skip
     try:
         info = httpx.get(srv.base + "/server_info").json()
         assert info["speculative_adaptive"] is True and info["speculative_num_steps"] == 4
         assert info["speculative_num_draft_tokens"] == 5 and info["speculative_eagle_topk"] == 1
         srv.chat(3, 1)
         assert srv.metric("sglang:spec_num_steps") == 4.0
-        srv.chat(48, 16, max_tokens=256)  # long enough for 13+ requests to run together (slot 16)
+        srv.chat(48, 16, max_tokens=128)  # ~0.4 s each: 13+ requests run together (slot 16)
     finally:
         log = srv.stop()
     assert "AdaptiveSpeculativeParams initialized: steps=4, candidate_steps=[4]" in log
