@@ -23,6 +23,8 @@ DRAFT = "speculative-num-draft-tokens"
 DRAFT_PATH = "speculative-draft-model-path"
 ATTN = "attention-backend"
 PAGE = "page-size"
+ADAPTIVE = adaptive.FLAG  # --speculative-adaptive (store-true)
+ADAPTIVE_CONFIG = adaptive.CONFIG_FLAG  # --speculative-adaptive-config FILE.json
 
 SPEC_TRIPLE = (STEPS, TOPK, DRAFT)
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
