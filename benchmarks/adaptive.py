@@ -15,13 +15,16 @@ it runs), like ``benchmarks.strategies.truth`` values static configurations. Row
 - ``level's own best``: the study's per-level answer (``best-c<N>.yaml``), valued there (one server per level);
 - ``SGLang default adaptive``: ``--speculative-adaptive`` with SGLang's default config, other settings as the
   schedule's;
-- ``tuned schedule``: ``best-adaptive.json`` with its launch flags.
+- ``tuned schedule``: ``best-adaptive.json`` with its launch flags;
+- ``narrow``: the same schedule with each slot's neighbouring step counts (s - 1, s, s + 1) as candidates, for
+  SGLang's acceptance rule to choose among (what the export's ``neighbours=1`` writes).
 
 Targets (issue 24): the tuned schedule within 2 % of each level's best chain, and never below SGLang's default.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -32,7 +35,7 @@ import optuna
 import yaml
 
 from benchmarks.strategies import ROOT, space_for, truth
-from optimizer.adaptive_export import STEM, adaptive_flags, export_adaptive
+from optimizer.adaptive_export import STEM, adaptive_flags, export_adaptive, schedule
 from optimizer.hosts.config import local_host
 from optimizer.levels import level_answers, study_plan
 from optimizer.pruning import make_pruner
@@ -112,6 +115,10 @@ def run_one(profile: str, levels: list[int], kind: str, seed: int, budget: int, 
         a_flags, a_env = dict(anchor.user_attrs[R.FLAGS]), dict(anchor.user_attrs.get(R.ENV) or {})
         tuned = adaptive_flags(a_flags, str(out / f"{STEM}.json"))
         default = {k: v for k, v in tuned.items() if k != "speculative-adaptive-config"}
+        # the same schedule with the neighbouring step counts as candidates: SGLang's acceptance rule chooses
+        narrow_json = out / "narrow.json"
+        narrow_json.write_text(json.dumps(schedule(study, neighbours=1)["config"]))  # type: ignore[index]
+        narrow = adaptive_flags(a_flags, str(narrow_json))
         best = max(
             (t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None),
             key=lambda t: float(t.value),  # type: ignore[arg-type]
@@ -151,6 +158,7 @@ def run_one(profile: str, levels: list[int], kind: str, seed: int, budget: int, 
                 else None,  # fmt: skip
                 "sglang_default_adaptive": round(_value(prof, default, a_env, c) / opt, 4),
                 "tuned_schedule": round(_value(prof, tuned, a_env, c) / opt, 4),
+                "narrow_schedule": round(_value(prof, narrow, a_env, c) / opt, 4),
                 "schedule_steps": summary["config"].get(str(c), {}).get("candidate_steps"),
             }
         return {
@@ -200,7 +208,7 @@ def compare(seeds: int = 3, budget: int = BUDGET, log=print, only: str | None = 
         for c in levels:
             row: dict[str, float | None] = {}
             for key in ("best_chain", "best_chain_same_settings", "static_best", "level_own_best",
-                        "sglang_default_adaptive", "tuned_schedule"):  # fmt: skip
+                        "sglang_default_adaptive", "tuned_schedule", "narrow_schedule"):  # fmt: skip
                 vals = [r["levels"][str(c)][key] for r in ok if r["levels"][str(c)][key] is not None]
                 row[key] = statistics.median(vals) if vals else None
             row["tuned_within_2pct_of_chain"] = sum(
@@ -227,7 +235,7 @@ def print_rows(scenarios: dict[str, Any] | None, log=print) -> None:
         scenarios = scenarios["scenarios"]
     log(
         f"  {'profile':26s} {'conc':>4}  {'chain':>6} {'chain=':>6} {'static':>6} {'own':>6} {'default':>7} "
-        f"{'tuned':>6}  tuned >= 98 % of chain / of chain= / >= default"
+        f"{'tuned':>6} {'narrow':>6}  tuned >= 98 % of chain / of chain= / >= default"
     )
     for profile, sc in scenarios.items():
         n = sc["ok_runs"]
@@ -240,7 +248,7 @@ def print_rows(scenarios: dict[str, Any] | None, log=print) -> None:
             log(
                 f"  {profile:26s} {c:>4}  {pct('best_chain'):>6} {pct('best_chain_same_settings'):>6} "
                 f"{pct('static_best'):>6} {pct('level_own_best'):>6} "
-                f"{pct('sglang_default_adaptive'):>7} {pct('tuned_schedule'):>6}  "
+                f"{pct('sglang_default_adaptive'):>7} {pct('tuned_schedule'):>6} {pct('narrow_schedule'):>6}  "
                 f"{m['tuned_within_2pct_of_chain']}/{n} / {m['tuned_within_2pct_of_chain_same_settings']}/{n} / "
                 f"{m['tuned_not_below_default']}/{n}"
             )
@@ -248,7 +256,6 @@ def print_rows(scenarios: dict[str, Any] | None, log=print) -> None:
 
 if __name__ == "__main__":
     import argparse
-    import json
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)

@@ -60,9 +60,11 @@ def _is_chain(t: FrozenTrial) -> bool:
     return algo in ("EAGLE", "EAGLE3") and tree is not None and tree[1] == 1 and not is_adaptive(t)
 
 
-def schedule(study: optuna.Study) -> dict[str, Any] | None:
+def schedule(study: optuna.Study, *, neighbours: int = 0) -> dict[str, Any] | None:
     """The tuned schedule of a per-level study (None for a single-level study or one without a measured chain):
-    ``config`` (SGLang's adaptive JSON), ``anchor`` (the trial whose other settings it uses) and one row per level."""
+    ``config`` (SGLang's adaptive JSON), ``anchor`` (the trial whose other settings it uses) and one row per level.
+    ``neighbours`` > 0 gives each slot the step counts within that distance of its best (1 or more) as candidates,
+    for SGLang's acceptance rule to choose among (the default, 0, pins the measured best: docs/adaptive.md)."""
     plan = study_plan(study)
     if plan is None or not plan.multi_level:
         return None
@@ -93,7 +95,7 @@ def schedule(study: optuna.Study) -> dict[str, Any] | None:
         if chain is None:
             continue
         steps, tps, src = _tree(chain[1])[1][0], chain[0], chain[1]  # type: ignore[index]
-        config[str(c)] = {"candidate_steps": [steps]}
+        config[str(c)] = {"candidate_steps": list(range(max(1, steps - neighbours), steps + neighbours + 1))}
         row: dict[str, Any] = {
             "concurrency": c,
             "steps": steps,
@@ -170,9 +172,9 @@ def adaptive_flags(anchor_flags: dict[str, Any], json_path: str) -> dict[str, An
     return out
 
 
-def export_adaptive(study: optuna.Study, out_dir: Path) -> dict[str, Any] | None:
+def export_adaptive(study: optuna.Study, out_dir: Path, *, neighbours: int = 0) -> dict[str, Any] | None:
     """Write ``best-adaptive.json``/``.yaml``/``.env``/``.sh`` for a per-level study; the summary, or None."""
-    sched = schedule(study)
+    sched = schedule(study, neighbours=neighbours)
     if sched is None:
         return None
     out_dir.mkdir(parents=True, exist_ok=True)
