@@ -130,7 +130,7 @@ def schedule(study: optuna.Study, *, neighbours: int = 0) -> dict[str, Any] | No
             elif is_adaptive(top[1]):
                 row["note"] = (
                     f"an adaptive launch measured fastest here ({top[1].user_attrs.get(R.CONFIG)}: {top[0]:.1f} "
-                    f"tok/s, {cost:.1%} above the chosen step count)"
+                    f"tok/s); the chosen step count measured {cost:.1%} less"
                 )
             elif not row["note"] and _tree(top[1])[1] is not None:
                 row["note"] = (
