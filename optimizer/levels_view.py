@@ -189,6 +189,11 @@ def terminal_lines(summary: dict[str, Any], study: optuna.Study) -> list[str]:
     ad = adaptive_lines(adaptive_rows(study, plan))
     if ad:
         out += ["SGLang's adaptive speculation against the best static configuration, per load level:", *ad]
+    sched = summary.get("adaptive")
+    if isinstance(sched, dict) and sched.get("levels"):
+        steps = ", ".join(f"c{r['concurrency']} {r['steps']} steps" for r in sched["levels"])
+        out.append(f"one server for every level (best-adaptive.sh, SGLang's adaptive mode, not confirmed): {steps}")
+        out += [f"  c{r['concurrency']}: {r['note']}" for r in sched["levels"] if r.get("note")]
     for text in plan.limit_text():
         out.append(f"latency limit {text}")
     return out

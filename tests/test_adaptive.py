@@ -350,7 +350,9 @@ def test_per_level_export_writes_a_schedule_that_boots_through_its_launch_script
     # SGLang's own adaptive launch is reported next to the static answers
     rows = adaptive_rows(study, study_plan(study))
     assert [r["concurrency"] for r in rows] == [1, 16] and all(r["adaptive_tok_per_s"] for r in rows)
-    assert any("adaptive mode" in line for line in terminal_lines(summary, study))
+    term = terminal_lines(summary, study)
+    assert any("adaptive mode" in line for line in term)
+    assert any(line.startswith("one server for every level (best-adaptive.sh") for line in term)
     assert "SGLang's adaptive speculation against the static answers" in report_section(study)
 
     # the launch script boots the schedule on the simulator as is
