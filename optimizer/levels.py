@@ -183,7 +183,7 @@ def adaptive_lines(rows: list[dict[str, Any]]) -> list[str]:
         vs = "" if r["adaptive_vs_static"] is None else f"{r['adaptive_vs_static']:+.1%}"
         lines.append(
             f"{r['concurrency']:>5}  {str(r['static_config'] or '-')[:32]:32s} {st:>9}  "
-            f"{str(r['adaptive_config'] or 'not measured')[:32]:32s} {ad:>9} {vs:>9}"
+            f"{str(r['adaptive_config'] or 'no complete measurement')[:32]:32s} {ad:>9} {vs:>9}"
         )
     return lines
 
