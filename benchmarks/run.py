@@ -13,6 +13,7 @@ of their runs is seeded explicitly and simulated on the model's clock, and the r
 they were submitted, so every figure is the same for any number of jobs. Sections that time real processes (loop,
 the measured trials per hour of hosts, client, accuracy, e2e) run alone, with the pool idle: a timing needs a
 quiet machine.
+python -m benchmarks.run --only adaptive # the tuned adaptive schedule against SGLang's default and the static best
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
 QUICK_OUT = ROOT / "studies" / "bench" / "quick.json"
-SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level")
+SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level", "adaptive")
 OPTIONAL = ("pcie",)  # run only when named in --only
 QUICK_SEEDS = 10  # --quick: seeds per scenario (the families keep every landscape, one run each)
 
@@ -106,6 +107,13 @@ def section_per_level(args: argparse.Namespace) -> dict[str, Any]:
     from benchmarks.per_level import compare
 
     return compare(seeds=min(args.seeds, args.per_level_seeds), log=log)
+
+
+def section_adaptive(args: argparse.Namespace) -> dict[str, Any]:
+    """One adaptive server (the exported schedule, SGLang's default config) against static answers, per level."""
+    from benchmarks.adaptive import compare
+
+    return compare(args.adaptive_seeds, log=log)
 
 
 def section_loop(work: Path) -> dict[str, Any]:
@@ -295,6 +303,11 @@ def print_table(results: dict[str, Any]) -> None:
             f"  every level at 98 % (objective gain): per-level study {s2['multi_median']:.1f}; single-level studies "
             f"{s2['single_sum_of_levels']:.1f} in all (hardest one {s2['single_max_of_levels']:.1f})"
         )
+    if results.get("adaptive"):
+        log("\nOne adaptive server per level (fractions of each level's optimum, median; benchmarks/adaptive.py)")
+        from benchmarks.adaptive import print_rows
+
+        print_rows(results["adaptive"], log)
     h = results.get("hosts", {}).get("model_clock")
     if h:
         for prof, v in h.items():
@@ -332,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host-seeds", type=int, default=10)
     ap.add_argument("--e2e-trials", type=int, default=10)
     ap.add_argument("--per-level-seeds", type=int, default=5)
+    ap.add_argument("--adaptive-seeds", type=int, default=5)
     ap.add_argument("--out", default=None, help=f"results file (default {OUT.relative_to(ROOT)}; --quick: quick.json)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -392,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
                     results[name] = section_e2e(work, args)
                 elif name == "per_level":
                     results[name] = section_per_level(args)
+                elif name == "adaptive":
+                    results[name] = section_adaptive(args)
                 elif name == "pcie":
                     results[name] = section_pcie()
                 elif name == "confirmation":

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from .sglang import adaptive
 from .sglang import flags as sgl
 
 UNSET = "unset"
@@ -72,8 +74,14 @@ class Candidate:
         if self.is_baseline:
             head = "baseline"
         else:
-            steps, topk, draft = sgl.resolved_triple(self.flags)
-            head = f"{sgl.algorithm(self.flags)} s{steps} k{topk} d{draft}"
+            algo = sgl.algorithm(self.flags)
+            if adaptive.effective(self.flags, algo):
+                # SGLang's adaptive mode: the step count moves per batch size; the file's name tells configs apart
+                path = self.flags.get(adaptive.CONFIG_FLAG)
+                head = f"{algo} adaptive" + (f" ({os.path.basename(str(path))})" if path else " (SGLang's default)")
+            else:
+                steps, topk, draft = sgl.resolved_triple(self.flags)
+                head = f"{algo} s{steps} k{topk} d{draft}"
         env = _clean_env(self.env)
         extras = [f"{k.removeprefix('NCCL_').lower()}={v}" for k, v in env.items()]
         if self.flags.get("disable-custom-all-reduce"):

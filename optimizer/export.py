@@ -23,6 +23,7 @@ import optuna
 import yaml
 
 from . import __version__
+from .adaptive_export import export_adaptive
 from .candidate import Candidate
 from .levels import level_answers, pareto_front, study_plan
 from .redact import MASK, redact_mapping
@@ -80,6 +81,7 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
                 _write_config(
                     out_dir, f"best-c{a.level}", study, a.best, what + (f"; {a.verdict()}" if a.verdict() else "")
                 )
+        summary["adaptive"] = export_adaptive(study, out_dir)  # best-adaptive.json + launch files (docs/adaptive.md)
     if plan is not None and plan.pareto:
         summary["pareto"] = pareto_front(study, plan)
     if best is None:

@@ -16,6 +16,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .objective import PARETO_METRIC, Limit, Objective, Plan, parse_levels
+from .sglang import adaptive
+from .sglang import flags as sgl
 from .study import records as R
 
 BASELINE_ATTR, PLAN_ATTR, LEVELS_ATTR = R.BASELINE, R.PLAN, R.LEVELS
@@ -127,6 +129,63 @@ def level_answers(study: optuna.Study, plan: Plan) -> list[LevelAnswer]:
                 best, best_v = t, v
         out.append(LevelAnswer(c, best, best_v, base_v, measured, over))
     return out
+
+
+def is_adaptive(t: FrozenTrial) -> bool:
+    """The trial ran SGLang's adaptive mode (``--speculative-adaptive``, supported by its other flags)."""
+    flags = t.user_attrs.get(R.FLAGS) or {}
+    return adaptive.effective(flags, sgl.algorithm(flags))
+
+
+def adaptive_rows(study: optuna.Study, plan: Plan) -> list[dict[str, Any]]:
+    """Per level, the best static configuration next to the best launch in SGLang's adaptive mode (empty when the
+    study measured no adaptive launch): does the tuned static answer beat SGLang's own adaptation here?"""
+    trials = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
+    if not any(is_adaptive(t) for t in trials):
+        return []
+    rows = []
+    for c in plan.levels:
+        best: dict[bool, tuple[float, FrozenTrial]] = {}
+        for t in trials:
+            m = trial_levels(t).get(c)
+            if not m or not m.get("complete") or m.get("tok_per_s") is None:
+                continue
+            if any(x > 0 for x in plan.violations(c, m).values()):
+                continue
+            kind = is_adaptive(t)
+            v = float(m["tok_per_s"])
+            if kind not in best or v > best[kind][0]:
+                best[kind] = (v, t)
+        st, ad = best.get(False), best.get(True)
+        rows.append(
+            {
+                "concurrency": c,
+                "static_trial": st[1].number if st else None,
+                "static_config": st[1].user_attrs.get(R.CONFIG) if st else None,
+                "static_tok_per_s": round(st[0], 2) if st else None,
+                "adaptive_trial": ad[1].number if ad else None,
+                "adaptive_config": ad[1].user_attrs.get(R.CONFIG) if ad else None,
+                "adaptive_tok_per_s": round(ad[0], 2) if ad else None,
+                "adaptive_vs_static": round(ad[0] / st[0] - 1.0, 4) if st and ad and st[0] else None,
+            }
+        )
+    return rows
+
+
+def adaptive_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Plain-text rows: SGLang's adaptive mode next to the best static configuration, level by level."""
+    if not rows:
+        return []
+    lines = [f"{'conc':>5}  {'best static':32s} {'tok/s':>9}  {'adaptive mode':32s} {'tok/s':>9} {'vs static':>9}"]
+    for r in rows:
+        st = "" if r["static_tok_per_s"] is None else f"{r['static_tok_per_s']:.1f}"
+        ad = "" if r["adaptive_tok_per_s"] is None else f"{r['adaptive_tok_per_s']:.1f}"
+        vs = "" if r["adaptive_vs_static"] is None else f"{r['adaptive_vs_static']:+.1%}"
+        lines.append(
+            f"{r['concurrency']:>5}  {str(r['static_config'] or '-')[:32]:32s} {st:>9}  "
+            f"{str(r['adaptive_config'] or 'no complete measurement')[:32]:32s} {ad:>9} {vs:>9}"
+        )
+    return lines
 
 
 def pareto_front(study: optuna.Study, plan: Plan) -> list[dict[str, Any]]:

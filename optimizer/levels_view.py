@@ -10,7 +10,16 @@ from typing import Any
 import optuna
 import plotly.graph_objects as go
 
-from .levels import level_answers, pareto_front, pareto_points, study_plan, table_lines, trial_levels
+from .levels import (
+    adaptive_lines,
+    adaptive_rows,
+    level_answers,
+    pareto_front,
+    pareto_points,
+    study_plan,
+    table_lines,
+    trial_levels,
+)
 from .objective import LIMIT_METRICS
 
 
@@ -96,6 +105,7 @@ def report_section(study: optuna.Study) -> str:
             + "".join(rows)
             + "</tbody></table>"
         )
+        parts.append(_adaptive_table(study, plan))
     front = pareto_front(study, plan)
     if plan.pareto or len(front) > 1:
         level = plan.level if plan.level is not None else plan.levels[-1]
@@ -116,6 +126,29 @@ def report_section(study: optuna.Study) -> str:
             )
             parts.append(f"<section class='fig' id='pareto'>{div}</section>")
     return "".join(parts)
+
+
+def _adaptive_table(study: optuna.Study, plan) -> str:
+    rows = adaptive_rows(study, plan)
+    if not rows:
+        return ""
+    body = ""
+    for r in rows:
+        vs = r["adaptive_vs_static"]
+        cls = "gain" if vs is not None and vs > 0 else "loss"
+        body += (
+            f"<tr><td>{r['concurrency']}</td><td>{html.escape(str(r['static_config'] or '-'))}</td>"
+            f"<td>{_num(r['static_tok_per_s'])}</td><td>{html.escape(str(r['adaptive_config'] or '-'))}</td>"
+            f"<td>{_num(r['adaptive_tok_per_s'])}</td>"
+            + (f"<td><span class='{cls}'>{vs:+.1%}</span></td>" if vs is not None else "<td></td>")
+            + "</tr>"
+        )
+    return (
+        "<h3>SGLang's adaptive speculation against the static answers</h3><p>Each level's best static "
+        "configuration next to the best launch in SGLang's adaptive mode (<code>--speculative-adaptive</code>).</p>"
+        "<table><thead><tr><th>concurrency</th><th>best static</th><th>tok/s</th><th>adaptive mode</th>"
+        f"<th>tok/s</th><th>vs static</th></tr></thead><tbody>{body}</tbody></table>"
+    )
 
 
 def note_lines(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> list[str]:
@@ -153,6 +186,14 @@ def terminal_lines(summary: dict[str, Any], study: optuna.Study) -> list[str]:
         return []
     out = [f"best per load level (objective: {plan.describe()}):"]
     out += table_lines(level_answers(study, plan))
+    ad = adaptive_lines(adaptive_rows(study, plan))
+    if ad:
+        out += ["SGLang's adaptive speculation against the best static configuration, per load level:", *ad]
+    sched = summary.get("adaptive")
+    if isinstance(sched, dict) and sched.get("levels"):
+        steps = ", ".join(f"c{r['concurrency']} {r['steps']} steps" for r in sched["levels"])
+        out.append(f"one server for every level (best-adaptive.sh, SGLang's adaptive mode, not confirmed): {steps}")
+        out += [f"  c{r['concurrency']}: {r['note']}" for r in sched["levels"] if r.get("note")]
     for text in plan.limit_text():
         out.append(f"latency limit {text}")
     return out
@@ -165,6 +206,9 @@ def study_note_lines(study: optuna.Study) -> str:
         return ""
     lines = ["", f"### Best per load level (objective: {plan.describe()})", "", "```text"]
     lines += table_lines(level_answers(study, plan))
+    ad = adaptive_lines(adaptive_rows(study, plan))
+    if ad:
+        lines += ["", "SGLang's adaptive speculation against the best static configuration:", *ad]
     lines += ["```", ""]
     lines += [f"- latency limit {t}" for t in plan.limit_text()]
     return "\n".join(lines) + "\n"

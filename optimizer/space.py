@@ -400,6 +400,10 @@ class SearchSpace:
             flags, _ = sgl.normalize(cand.flags, architecture=self.model.architecture)
             scope: dict[str, Any] = {expr.ident(k): v for k, v in flags.items()}
             scope.update({k: v for k, v in cand.env.items()})
+            # a flag SGLang's normalisation dropped (e.g. --speculative-adaptive with a tree: SGLang falls back to
+            # the static tree) is still what the space asked for, so the space's constraints can rule it out
+            for k, v in cand.flags.items():
+                scope.setdefault(expr.ident(k), v)
             for name in self.params:
                 scope.setdefault(expr.ident(name), UNSET if ENV_NAME.match(name) else None)
             scope[expr.ident(sgl.ALGO)] = sgl.algorithm(cand.flags) or NONE_ALGO

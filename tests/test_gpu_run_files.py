@@ -13,7 +13,9 @@ from optimizer.space import load_space
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("study", ["tools/gpu_run/study.yaml", "tools/gpu_run/study_tp2.yaml"])
+@pytest.mark.parametrize(
+    "study", ["tools/gpu_run/study.yaml", "tools/gpu_run/study_tp2.yaml", "tools/gpu_run/study_adaptive.yaml"]
+)
 def test_gpu_run_study_files_load(study: str, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     cfg = load_study(study)

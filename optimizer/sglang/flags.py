@@ -9,9 +9,12 @@ Flags are a mapping of SGLang flag names without the leading dashes (``speculati
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from . import adaptive
 
 ALGO = "speculative-algorithm"
 STEPS = "speculative-num-steps"
@@ -20,6 +23,8 @@ DRAFT = "speculative-num-draft-tokens"
 DRAFT_PATH = "speculative-draft-model-path"
 ATTN = "attention-backend"
 PAGE = "page-size"
+ADAPTIVE = adaptive.FLAG  # --speculative-adaptive (store-true)
+ADAPTIVE_CONFIG = adaptive.CONFIG_FLAG  # --speculative-adaptive-config FILE.json
 
 SPEC_TRIPLE = (STEPS, TOPK, DRAFT)
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
@@ -83,6 +88,13 @@ def startup_violations(
     if algo not in KNOWN_ALGORITHMS:
         out.append(Violation("unknown_algorithm", "ValueError", f"Unknown speculative algorithm: {algo}"))
         return out
+    adaptive_on = adaptive.effective(flags, algo)
+    if adaptive_on:
+        # SGLang loads the adaptive config and checks the step count before the EAGLE handler runs.
+        v = adaptive_violation(flags)
+        if v is not None:
+            out.append(v)
+            return out
     if algo in EAGLE_FAMILY:
         if algo in ("EAGLE", "EAGLE3") and not flags.get(DRAFT_PATH):
             out.append(
@@ -93,7 +105,7 @@ def startup_violations(
                 )
             )
         given = [flags.get(k) is not None for k in SPEC_TRIPLE]
-        if any(given) and not all(given) and flags.get(STEPS) is None:
+        if any(given) and not all(given) and flags.get(STEPS) is None and not adaptive_on:
             # SGLang: assert speculative_eagle_topk is None and speculative_num_draft_tokens is None (bare).
             out.append(Violation("partial_triple", "AssertionError", ""))
             return out
@@ -129,9 +141,36 @@ def startup_violations(
     return out
 
 
+def adaptive_violation(flags: Mapping[str, Any]) -> Violation | None:
+    """SGLang's error while loading the adaptive config or placing the step count in it, or None."""
+    path = flags.get(adaptive.CONFIG_FLAG)
+    try:
+        adaptive.resolve(flags, adaptive.config_of(flags))
+    except adaptive.AdaptiveConfigError as exc:
+        return Violation("adaptive_config", "ValueError", str(exc))
+    except FileNotFoundError:
+        return Violation("adaptive_config", "FileNotFoundError", f"[Errno 2] No such file or directory: {path!r}")
+    except json.JSONDecodeError as exc:
+        return Violation("adaptive_config", "json.decoder.JSONDecodeError", str(exc))
+    except (AttributeError, OSError, TypeError) as exc:
+        return Violation("adaptive_config", type(exc).__name__, str(exc))
+    return None
+
+
+def adaptive_config(flags: Mapping[str, Any]) -> adaptive.AdaptiveConfig | None:
+    """The adaptive config SGLang will run with these flags, or None (adaptive off, unsupported or invalid)."""
+    if not adaptive.effective(flags, algorithm(flags)) or adaptive_violation(flags) is not None:
+        return None
+    return adaptive.config_of(flags)
+
+
 def resolved_triple(flags: Mapping[str, Any], *, architecture: str | None = None) -> tuple[int, int, int]:
-    """The (steps, topk, draft tokens) SGLang will actually run, after auto-choice and the topk-1 rewrite."""
+    """The (steps, topk, draft tokens) SGLang will actually run, after auto-choice and the topk-1 rewrite (under
+    adaptive mode: the initial step count, topk 1, steps + 1)."""
     algo = algorithm(flags)
+    cfg = adaptive_config(flags) if adaptive.requested(flags) else None
+    if cfg is not None:
+        return adaptive.resolve(flags, cfg)
     if flags.get(STEPS) is None:
         steps, topk, draft = auto_triple(architecture, algo)
     else:
@@ -175,10 +214,21 @@ def normalize(flags: Mapping[str, Any], *, architecture: str | None = None) -> t
                 del out[key]
         return out, warnings
     out[ALGO] = algo
+    if adaptive.requested(flags):
+        reason = adaptive.unsupported_reason(flags, algo)
+        if reason is not None:
+            warnings.append(adaptive.DISABLED_WARNING.format(reason=reason))
+            out.pop(adaptive.FLAG, None)
+            out.pop(adaptive.CONFIG_FLAG, None)
+            flags = {k: v for k, v in flags.items() if k not in (adaptive.FLAG, adaptive.CONFIG_FLAG)}
+        else:
+            out[adaptive.FLAG] = True
+    else:
+        out.pop(adaptive.CONFIG_FLAG, None)  # SGLang reads the file only in adaptive mode
     if algo in EAGLE_FAMILY:
         given_draft = flags.get(DRAFT)
         steps, topk, draft = resolved_triple(flags, architecture=architecture)
-        if topk == 1 and given_draft is not None and int(given_draft) != draft:
+        if topk == 1 and given_draft is not None and int(given_draft) != draft and not adaptive.requested(flags):
             warnings.append(TOPK1_WARNING)
         out[STEPS], out[TOPK], out[DRAFT] = steps, topk, draft
         if flags.get("max-running-requests") is None:

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from ..sglang import adaptive
 from ..sglang import flags as sgl
 from ..sglang import logs as sglang_logs
 from . import cli, logs
@@ -99,7 +100,7 @@ def serve(argv: list[str]) -> int:
             if w == sgl.MAX_RUNNING_WARNING:
                 log(w + " You can override this by explicitly setting --max-running-requests.", err)
         v = violations[0]
-        logs.invalid_args(v.exc, v.message)
+        logs.invalid_args(v.exc, v.message, adaptive=v.rule == "adaptive_config")
         return 1
 
     ev = profile.evaluate(flags, env, 1)
@@ -148,6 +149,11 @@ def serve(argv: list[str]) -> int:
             f"{sglang_logs.LOAD_WEIGHT_END}. elapsed={ph['load_draft_weights']:.2f} s, type=LlamaForCausalLMEagle3, "
             f"avail mem={gpu - 1.2 - weights_gb:.2f} GB, mem usage=0.50 GB."
         )
+    res = profile._resolve(flags)
+    adaptive_cfg = res.get("adaptive")
+    if adaptive_cfg is not None:
+        first = adaptive.Slot(adaptive_cfg.slots[0], res["triple"][0])
+        log(adaptive.INIT_LINE.format(steps=first.current, candidates=first.candidates))
     _sleep(ph["memory_pool"] * ts)
     if ev.failure == "oom":
         logs.scheduler_crash(
@@ -211,7 +217,12 @@ def serve(argv: list[str]) -> int:
     log(
         f"{sglang_logs.CUDA_GRAPH_END}. Time elapsed: {capture_total:.2f} s. mem usage=0.60 GB. avail mem={avail:.2f} GB."
     )
-    res = profile._resolve(flags)
+    if adaptive_cfg is not None:
+        for name, sec in phases:
+            if name.startswith("adaptive_state_"):
+                k = int(name.rsplit("_", 1)[1])
+                _sleep(sec * ts)
+                log(adaptive.BUILT_LINE.format(steps=k, elapsed=sec, mem=profile.adaptive_state_cost(res, k)[1]))
     log(
         f"max_total_num_tokens={kv}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
         f"max_running_requests={res['max_running']}, context_len={profile.context_len}, "

@@ -4,7 +4,8 @@ SGLang flags the simulator models are typed; other ``--foo value`` / ``--foo`` f
 ``server_args``. ``--config FILE`` follows SGLang's own parser (``optimizer.sglang.config_file``): the file's keys
 become flags placed before the command line's (so the command line wins), and a key SGLang refuses, a file that is
 not ``.yaml``/``.yml``, missing or not a mapping ends the process with SGLang's ``ValueError`` traceback and exit
-status 1. A malformed argv (a positional word, a flag with an underscore in its name, a missing or mistyped value
+status 1. ``--speculative-adaptive`` with ``--speculative-adaptive-config FILE.json`` runs SGLang's adaptive mode
+(``optimizer.sglang.adaptive``; docs/adaptive.md). A malformed argv (a positional word, a flag with an underscore in its name, a missing or mistyped value
 of a known flag) exits 2 like argparse.
 """
 
@@ -34,6 +35,7 @@ TYPED: dict[str, Callable[[str], Any]] = {
     "speculative-num-steps": int,
     "speculative-eagle-topk": int,
     "speculative-num-draft-tokens": int,
+    "speculative-adaptive-config": str,
     "attention-backend": str,
     "max-running-requests": int,
     "cuda-graph-max-bs": int,
@@ -55,6 +57,9 @@ STORE_TRUE = {
     "disable-overlap-schedule",
     "enable-dp-attention",
     "speculative-adaptive",
+    "enable-two-batch-overlap",
+    "enable-multi-layer-eagle",
+    "enable-pdmux",
 }
 # The simulator's own options: clearly separate from SGLang's.
 SIM_OPTIONS: dict[str, Callable[[str], Any]] = {

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .model import CATEGORIES, Profile, accept_cdf, draw_accept
+from ..sglang import adaptive
+from .logs import log
+from .model import CATEGORIES, Profile, accept_cdf, capture_batch_sizes, draw_accept
 
 # Plain ASCII words (no JSON escaping needed), each one token.
 WORDS = [
@@ -226,7 +228,16 @@ class Engine:
         self.depth = max(1, min(self.triple[0], self.triple[2] - 1)) if self.spec else 0
         self.accept = {c: profile.accept_length(self.algo, self.triple, c) for c in CATEGORIES}
         self.cdfs = {c: accept_cdf(round(L, 6), self.depth) if self.spec else (1.0,) for c, L in self.accept.items()}
-        self._cycle: dict[int, float] = {}
+        self._cycle: dict[tuple[int, int], float] = {}
+        # SGLang's adaptive mode: one slot per batch-size bucket moves between its candidate step counts
+        self.adaptive_cfg = self.resolved.get("adaptive") if self.spec else None
+        self.controller: adaptive.Controller | None = None
+        self._cdfs_by_steps: dict[int, dict[str, tuple[float, ...]]] = {}
+        if self.adaptive_cfg is not None:
+            self.controller = adaptive.Controller(
+                self.adaptive_cfg, self.triple[0], capture_batch_sizes(self.resolved["cgbs"]), log=log
+            )
+            self._cdfs_by_steps[self.triple[0]] = self.cdfs
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.wake = asyncio.Event()
@@ -250,12 +261,32 @@ class Engine:
         self._step_dt = 0.0
 
     # ------------------------------------------------------------------ model
-    def cycle_s(self, b: int) -> float:
-        c = self._cycle.get(b)
+    @property
+    def current_steps(self) -> int:
+        """The step count running now (adaptive mode moves it; else the launch's)."""
+        if not self.spec:
+            return 0
+        return self.controller.running if self.controller is not None else self.triple[0]
+
+    def cycle_s(self, b: int, steps: int | None = None) -> float:
+        key = (b, -1 if steps is None else steps)
+        c = self._cycle.get(key)
         if c is None:
-            c = self.profile.step_times(b, self.resolved, self.env)[0] / 1000.0
-            self._cycle[b] = c
+            r = self.resolved if steps is None else dict(self.resolved, triple=(steps, 1, steps + 1))
+            c = self.profile.step_times(b, r, self.env)[0] / 1000.0
+            self._cycle[key] = c
         return c * self.step_scale
+
+    def cdfs_for(self, steps: int) -> dict[str, tuple[float, ...]]:
+        """Per-category accept CDFs of a topk-1 chain of ``steps`` (adaptive mode)."""
+        got = self._cdfs_by_steps.get(steps)
+        if got is None:
+            got = {}
+            for c in CATEGORIES:
+                L = self.profile.accept_length(self.algo, (steps, 1, steps + 1), c) if steps > 0 else 1.0
+                got[c] = accept_cdf(round(L, 6), steps) if steps > 0 else (1.0,)
+            self._cdfs_by_steps[steps] = got
+        return got
 
     def new_request(self, category: str, max_tokens: int, prompt_tokens: int, prompt_text: str) -> Request:
         self.counter += 1
@@ -355,7 +386,14 @@ class Engine:
             if not self.running:
                 continue
             b = len(self.running)
-            dt = self.cycle_s(b)
+            ctl = self.controller
+            if ctl is not None:
+                k = ctl.before_batch(b)  # the batch's slot decides the step count (a switch line when it moves)
+                dt = self.cycle_s(b, k)
+                cdfs = self.cdfs_for(k)
+                accepted: list[int] = []
+            else:
+                dt = self.cycle_s(b)
             now = loop.time()
             if next_t is None or next_t < now - MAX_DEBT_S:
                 next_t = now
@@ -377,7 +415,9 @@ class Engine:
                     u += golden
                     if u >= 1.0:
                         u -= 1.0
-                    n = draw_accept(req.cdf, u)
+                    n = draw_accept(cdfs[req.category] if ctl is not None else req.cdf, u)
+                    if ctl is not None:
+                        accepted.append(n - 1)
                 else:
                     n = 1
                 remaining = req.max_tokens - req.produced
@@ -399,6 +439,8 @@ class Engine:
                 else:
                     still.append(req)
             self.running = still
+            if ctl is not None:
+                ctl.after_verify(accepted, b)  # the slot's EMA; a new step count after warm-up and each interval
             self.gen_tokens += produced
             self._window_tokens += produced
             self._window_steps += 1

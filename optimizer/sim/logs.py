@@ -47,7 +47,7 @@ def scheduler_crash(traceback_lines: list[str], final: str) -> None:
     kill_self()
 
 
-def invalid_args(exc: str, message: str) -> None:
+def invalid_args(exc: str, message: str, *, adaptive: bool = False) -> None:
     """Argument parsing failed: SGLang prints a traceback on stderr and exits 1 (nothing bound)."""
     err = sys.stderr
     lines = [
@@ -62,7 +62,17 @@ def invalid_args(exc: str, message: str) -> None:
         "    return cls(**{attr: getattr(args, attr) for attr in attrs})",
         '  File "<string>", line 461, in __init__',
     ]
-    if exc == "AssertionError":
+    if adaptive:  # the adaptive config or the step count in it (speculative_hook.py, before the EAGLE handler)
+        lines += [
+            '  File "/sglang/srt/server_args.py", line 3592, in __post_init__',
+            "    handle_speculative_decoding(self)",
+            '  File "/sglang/srt/arg_groups/speculative_hook.py", line 141, in handle_speculative_decoding',
+            "    _init_adaptive_speculative_params(server_args)",
+            '  File "/sglang/srt/arg_groups/speculative_hook.py", line 776, in _init_adaptive_speculative_params',
+            "    candidate_steps = resolve_candidate_steps_from_config(",
+            f"{exc}: {message}",
+        ]
+    elif exc == "AssertionError":
         lines += [
             '  File "/sglang/srt/server_args.py", line 3592, in __post_init__',
             "    handle_speculative_decoding(self)",

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from ..sglang import adaptive
 from ..sglang import flags as sgl
 from ..sglang import logs as sglang_logs
 
@@ -98,6 +99,20 @@ class Evaluation:
     triple: tuple[int, int, int] | None = None
     warnings: tuple[str, ...] = ()
     per_category_accept: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AdaptiveMix:
+    """What adaptive mode runs at one batch size in steady state: the share of verify steps at each step count,
+    the mean accept length (bonus token included; 1 at 0 steps), the mean cycle time and the tok/s they give."""
+
+    fractions: Mapping[int, float]
+    accept_length: float
+    cycle_ms: float
+    tok_per_s: float
+
+
+_MIX_CACHE: dict[tuple, AdaptiveMix] = {}
 
 
 @dataclass(frozen=True)
@@ -298,9 +313,11 @@ class Profile:
         car_disabled = _truthy(flags.get("disable-custom-all-reduce"))
         car_active = bool(self.comm and self.comm.car_supported and not car_disabled)
         mfs = float(flags.get("mem-fraction-static") or self.default_mem_fraction)
+        adaptive_cfg = sgl.adaptive_config(flags) if spec and adaptive.requested(flags) else None
         return dict(
             algo=algo,
             triple=triple,
+            adaptive=adaptive_cfg,
             attn=attn,
             cgbs=cgbs,
             max_running=max_running,
@@ -372,7 +389,13 @@ class Profile:
         if self.comm is not None and self.tp_size > 1:
             verify += self.comm.ms(tokens, env, r["car_disabled"])
         draft = 0.0
-        if spec:
+        if spec and steps == 0:
+            # adaptive mode at 0 steps (eagle_worker_v2: a trivial verify input, no drafting): the target's decode
+            # pass with the verify path's fixed cost, and the draft-extend pass SGLang still runs to keep the draft
+            # KV warm; no per-request tree or acceptance work (an assumption: not yet measured on a GPU)
+            verify += self.verify_fixed_ms
+            draft = self.draft_fixed_ms + self.draft_tok_ms * b
+        elif spec:
             verify += self.verify_fixed_ms + self.verify_per_req_ms * b + self.verify_tok_ms * b * (n - 1)
             if topk > 1:
                 verify += self.tree_ms
@@ -422,10 +445,30 @@ class Profile:
                 )
             )
             phases.append(("capture_draft_extend", bt["capture_draft_extend"] * graph_scale))
+            cfg = r.get("adaptive")
+            if cfg is not None:
+                # one more runtime state (attention backends, target-verify, draft-decode and draft-extend graphs)
+                # per candidate step count beyond the initial one, for the graph sizes whose slot can run it
+                for k in cfg.candidate_steps:
+                    if k != steps:
+                        phases.append((f"adaptive_state_{k}", self.adaptive_state_cost(r, k)[0]))
         else:
             phases.append(("capture_decode", bt["capture_decode"] * graph_scale))
         phases.append(("warmup", bt["warmup"]))
         return [(name, round(float(sec), 3)) for name, sec in phases]
+
+    def adaptive_state_cost(self, r: Mapping[str, Any], k: int) -> tuple[float, float]:
+        """(seconds, GB) to build one extra adaptive runtime state of ``k`` steps: attention backends and the
+        target-verify, draft-decode (k >= 2 only: no multi-step draft backend for 0 or 1) and draft-extend graphs,
+        for the captured batch sizes whose slot can run k. Mostly a fixed cost: on one H200 (8B-sized model,
+        SGLang 0.5.17) a steps-2 state captured for one batch size took 4.44 s and 0.21 GB (issue 24)."""
+        bt = self.boot
+        sizes = capture_batch_sizes(r["cgbs"])
+        gs = len(r["adaptive"].graph_batch_sizes(k, sizes)) / max(1, len(sizes))
+        sec = bt["capture_verify"] * (1 + 0.05 * (k + 1)) + bt["capture_draft_extend"]
+        if k >= 2:
+            sec += bt["capture_draft_decode"] * (1 + 0.1 * k)
+        return sec * (0.8 + 0.2 * gs), 0.1 * (k + 1) * (0.6 + 0.4 * gs)
 
     def boot_seconds(self, flags: Mapping[str, Any]) -> float:
         return sum(s for _, s in self.boot_phases(flags))
@@ -457,6 +500,10 @@ class Profile:
             return "oom", OOM_MESSAGE, None, warnings
         if triple is not None and algo in sgl.EAGLE_FAMILY:
             steps, topk, draft = triple
+            if r["adaptive"] is not None:
+                # buffers sized for the deepest candidate (max_speculative_num_draft_tokens), plus each state's graphs
+                steps = max(r["adaptive"].candidate_steps)
+                draft = steps + 1 + len(r["adaptive"].candidate_steps) - 1
             headroom = max(0.0, (1 - r["mfs"]) / (1 - self.default_mem_fraction))
             # graphs for batch sizes above the profile's default need room too
             over = max(1.0, r["cgbs"] / self.default_cuda_graph_max_bs)
@@ -500,6 +547,9 @@ class Profile:
         cycle, verify, draft = self.step_times(b, r, env)
         L, per = self.mixed_accept_length(r["algo"], r["triple"], categories)
         tps = b * L / (cycle / 1000.0)
+        if r["adaptive"] is not None:
+            mix = self.adaptive_mixture(r, b, env, categories)
+            L, cycle, tps = mix.accept_length, mix.cycle_ms, mix.tok_per_s
         ok = kind is None
         if kind in ("oom", "cuda_graph", "nccl_invalid", "nccl_hang"):
             tps_out = 0.0
@@ -522,6 +572,79 @@ class Profile:
             warnings=tuple(warnings),
             per_category_accept=per,
         )
+
+    def adaptive_mixture(
+        self,
+        r: Mapping[str, Any],
+        b: int,
+        env: Mapping[str, str] | None = None,
+        categories: Mapping[str, float] | None = None,
+        batches: int = 3000,
+    ) -> AdaptiveMix:
+        """Steady state of SGLang's adaptive mode at a constant batch b: the slot's rule run on simulated verify
+        results (each request's accepted drafts drawn from the chain at the running step count, the prompt mix's
+        categories in proportion), and tok/s as the mixture of the step counts it ran: b * mean(L) / mean(cycle)
+        over the verify steps after the first 50."""
+        cfg = r["adaptive"]
+        key = (
+            self.name,
+            id(self),
+            cfg,
+            int(b),
+            r["algo"],
+            r["attn"],
+            r["cgbs"],
+            r["car_disabled"],
+            tuple(sorted((env or {}).items())),
+            tuple(sorted((categories or self.default_categories).items())),
+            batches,
+        )
+        hit = _MIX_CACHE.get(key)
+        if hit is not None:
+            return hit
+        cats = dict(categories or self.default_categories)
+        total = sum(w for w in cats.values() if w > 0) or 1.0
+        names = [c for c, w in cats.items() if w > 0]
+        weights = np.array([cats[c] / total for c in names])
+        sizes = capture_batch_sizes(r["cgbs"])
+        slot = adaptive.Slot(cfg.slot_for(b, sizes), r["triple"][0])
+        pmfs: dict[int, np.ndarray] = {}
+        cycles: dict[int, float] = {}
+        means: dict[int, float] = {}
+
+        def prepare(k: int) -> None:
+            rk = dict(r, triple=(k, 1, k + 1))
+            cycles[k] = self.step_times(b, rk, dict(env or {}))[0]
+            pmf = np.zeros(k + 1)
+            for c, w in zip(names, weights):
+                L = self.accept_length(r["algo"], (k, 1, k + 1), c) if k > 0 else 1.0
+                cdf = accept_cdf(round(L, 6), k) if k > 0 else (1.0,)
+                # requests of equal length: a category's share of verify steps goes as its share / its accept length
+                pmf += (w / L) * np.diff(np.concatenate([[0.0], cdf]))
+            pmf = pmf / pmf.sum()
+            pmfs[k] = pmf
+            means[k] = float((pmf * np.arange(1, k + 2)).sum())
+
+        rng = np.random.default_rng(_key_hash(self.name, b, cfg.batch_sizes))
+        counts: dict[int, int] = {}
+        skip = 50
+        for i in range(batches):
+            k = slot.current
+            if k not in pmfs:
+                prepare(k)
+            drafts = rng.choice(k + 1, size=b, p=pmfs[k]) if k > 0 else np.zeros(b)
+            if i >= skip:
+                counts[k] = counts.get(k, 0) + 1
+            slot.update(drafts)
+        n = sum(counts.values())
+        frac = {k: v / n for k, v in sorted(counts.items())}
+        acc = sum(f * means[k] for k, f in frac.items())
+        cyc = sum(f * cycles[k] for k, f in frac.items())
+        mix = AdaptiveMix(frac, acc, cyc, b * acc / (cyc / 1000.0))
+        if len(_MIX_CACHE) > 4096:
+            _MIX_CACHE.clear()
+        _MIX_CACHE[key] = mix
+        return mix
 
     def _boot_until_failure(self, flags: Mapping[str, Any], kind: str) -> float:
         """Seconds from launch until the failure shows: the end of the phase that fails, or for a NCCL init hang

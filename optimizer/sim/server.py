@@ -180,6 +180,7 @@ def build_app(st: State) -> Starlette:
                 speculative_num_steps=steps,
                 speculative_eagle_topk=topk,
                 speculative_num_draft_tokens=draft,
+                speculative_adaptive=eng.adaptive_cfg is not None,
             )
         else:
             for k in (
@@ -215,7 +216,11 @@ def build_app(st: State) -> Starlette:
             startup_time=startup_time,
             _declarations_materialized=True,
             _resolved_overrides=[],
-            max_speculative_num_draft_tokens=eng.triple[2] if eng.spec else None,
+            max_speculative_num_draft_tokens=(
+                eng.adaptive_cfg.max_draft_tokens() if eng.adaptive_cfg is not None else eng.triple[2]
+            )
+            if eng.spec
+            else None,
             effective_max_running_requests_per_dp=eng.max_running,
             _cuda_graph_config_locked=[["decode", "max_bs"]],
             grpc_worker_threads=4,
@@ -649,7 +654,7 @@ def render_metrics(st: State) -> str:
     eng = st.engine
     labels = f'engine_type="unified",model_name={json.dumps(st.model_path)},moe_ep_rank="0",pp_rank="0",tp_rank="0"'
     acc = eng.avg_accept_length if eng.spec else 0.0
-    draft = eng.triple[2] if eng.spec else 0
+    draft = eng.current_steps + 1 if eng.controller is not None else (eng.triple[2] if eng.spec else 0)
     values = {
         "sglang:gen_throughput": eng.gen_throughput_now(),
         "sglang:num_running_reqs": float(len(eng.running)),
@@ -658,7 +663,7 @@ def render_metrics(st: State) -> str:
         "sglang:spec_accept_length": acc,
         "sglang:spec_accept_rate": ((acc - 1) / (draft - 1)) if eng.spec and draft > 1 and acc else 0.0,
         "sglang:spec_num_draft_tokens": float(draft),
-        "sglang:spec_num_steps": float(eng.triple[0] if eng.spec else 0),
+        "sglang:spec_num_steps": float(eng.current_steps),
         "sglang:max_total_num_tokens": float(st.profile.max_total_num_tokens),
         "sglang:context_len": float(st.profile.context_len),
         "sglang:page_size": float(st.flags.get("page-size") or 1),

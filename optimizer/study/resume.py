@@ -90,6 +90,11 @@ def sglang_default_params(space: SearchSpace) -> dict[str, Any] | None:
     steps, topk, draft = sgl.auto_triple(space.model.architecture, sgl.algorithm({sgl.ALGO: choices[0]}))
     out: dict[str, Any] = {k: v for k, v in space.baseline_params().items() if k != sgl.ALGO}
     out[sgl.ALGO] = choices[0]
+    for name in params:  # other speculative parameters (e.g. speculative-adaptive) at their defaults, not sampled
+        if name.startswith("speculative-") and name not in (sgl.ALGO, sgl.STEPS, sgl.TOPK, sgl.DRAFT):
+            value = space.default_value(name)
+            if value is not None:
+                out[name] = value
     for name, value in ((sgl.STEPS, steps), (sgl.TOPK, topk), (sgl.DRAFT, draft)):
         p = params.get(name)
         if p is None or (name == sgl.DRAFT and topk == 1):
