@@ -59,6 +59,9 @@ class Family:
 FAMILIES = (
     Family("tuning", "benchmarks.landscapes", "TUNING"),
     Family("held-out", "benchmarks.landscapes", "HELD_OUT"),
+    # another generator's forms (benchmarks/landscapes_ood.py): the search was not built around them
+    Family("out-of-family tuning", "benchmarks.landscapes_ood", "TUNING"),
+    Family("out-of-family", "benchmarks.landscapes_ood", "HELD_OUT"),
 )
 
 
@@ -257,16 +260,18 @@ def print_table(results: dict[str, Any]) -> None:
     s = results.get("strategies")
     if s:
         log(f"\nRestarts to 98% of the true optimum (median / p90 over {s['seeds']} seeds; censored at the budget)")
+        log("  in streaks: mean share of a run's launches pruned or failed in a row of 5+ near-identical ones")
         log(
             f"{'profile':28s} {'conc':>4s} {'strategy':19s} {'median':>7s} {'p90':>7s} {'reached':>8s} "
-            f"{'wall h':>7s} {'prune saved':>11s} {'opt pruned':>10s}"
+            f"{'wall h':>7s} {'prune saved':>11s} {'opt pruned':>10s} {'in streaks':>10s}"
         )
         for row in s["scenarios"]:
             for name, v in row["strategies"].items():
                 log(
                     f"{row['profile']:28s} {row['concurrency']:4d} {name:19s} {v['restarts_median']:7.1f} "
                     f"{v['restarts_p90']:7.1f} {v['reached']:>4d}/{s['seeds']:<3d} {v['wall_h_median']:7.1f} "
-                    f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d}"
+                    f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d} "
+                    f"{v.get('streak_share_mean', 0.0):10.1%}"
                 )
             grid = row["strategies"].get("grid", {})
             log(
@@ -279,7 +284,7 @@ def print_table(results: dict[str, Any]) -> None:
                 log(
                     f"{label:28s} {'-':>4s} {name:19s} {v['restarts_median']:7.1f} {v['restarts_p90']:7.1f} "
                     f"{v['reached']:>4d}/{v['runs']:<3d} {'':>7s} {v['prune_saving_mean']:11.0%} "
-                    f"{v['optimum_pruned_runs']:>10d}"
+                    f"{v['optimum_pruned_runs']:>10d} {v.get('streak_share_mean', 0.0):10.1%}"
                 )
             log(
                 f"{'':28s} budget {fam['budget']} launches; in {fam['baseline_within_target']} landscapes no "

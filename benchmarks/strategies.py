@@ -21,6 +21,7 @@ import yaml
 
 from benchmarks.landscapes import Landscape, landscape
 from benchmarks.parallel import LRU, pmap, quiet
+from benchmarks.streaks import launches_from_study, near_identical_streak_share, study_streak_share
 from optimizer.candidate import Candidate
 from optimizer.hosts.config import local_host
 from optimizer.loadgen.workload import Workload
@@ -206,6 +207,10 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
         "bench_s": ex.ledger.bench_s,
         "bench_full_s": ex.ledger.bench_full_s,
         "clock_s": ex.clock,
+        "streak_share": study_streak_share(study, ex, tr["table"].space),
+        "streak_share_any_settings": near_identical_streak_share(
+            launches_from_study(study, ex, tr["table"].space), same_settings=False
+        ),
     }
 
 
@@ -290,6 +295,10 @@ def summarize(runs: list[dict[str, Any]], cap: float) -> dict[str, Any]:
         "prune_saving_mean": statistics.fmean(r["prune_saving"] for r in runs),
         "optimum_pruned_runs": sum(r["optimum_pruned"] for r in runs),
         "censored_at": cap,
+        # launches pruned or failed inside a row of 5+ near-identical configurations (benchmarks/streaks.py)
+        "streak_share_mean": statistics.fmean(r.get("streak_share", 0.0) for r in runs),
+        "streak_share_max": max((r.get("streak_share", 0.0) for r in runs), default=0.0),
+        "streak_share_any_settings_mean": statistics.fmean(r.get("streak_share_any_settings", 0.0) for r in runs),
     }
 
 

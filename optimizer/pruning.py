@@ -10,7 +10,9 @@ Chunks of one launch share that launch's luck: on some machines the same configu
 apart. So the margin also holds the noise *between* launches (the running trial and the best are two launches):
 ``z * sqrt(2 * chunk_noise^2 / k + 2 * launch_noise^2)``. The launch noise is what the study measured from repeated
 launches (study user attribute ``launch_noise``, written by a confirmation), else the pruner's prior
-(``pruner.launch_noise``, 0 by default: within-launch noise only).
+(``pruner.launch_noise``, 0 by default: within-launch noise only), or the spread the structured sampler's model
+finds between launches when that is larger (``search:launch_noise_estimate``: the study's own launches scatter far
+more than the model assumes).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-from .study.records import BASELINE, LAUNCH_NOISE
+from .study.records import BASELINE, LAUNCH_NOISE, LAUNCH_NOISE_ESTIMATE
 
 
 def _plan(study: optuna.Study):  # noqa: ANN202 - optimizer.objective.Plan, imported late (no import cycle)
@@ -100,7 +102,9 @@ def launch_noise(study: optuna.Study, prior: float = 0.0) -> float:
     measured = study.user_attrs.get(LAUNCH_NOISE)
     if isinstance(measured, dict) and isinstance(measured.get("sigma"), (int, float)) and measured["sigma"] >= 0:
         return float(measured["sigma"])
-    return prior
+    # the structured sampler's residuals, when they show launches scattering far more than assumed
+    modelled = study.user_attrs.get(LAUNCH_NOISE_ESTIMATE)
+    return max(prior, float(modelled)) if isinstance(modelled, (int, float)) else prior
 
 
 class RatioToBestPruner(BasePruner):

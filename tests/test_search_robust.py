@@ -176,7 +176,8 @@ def test_nccl_settings_learned_with_custom_all_reduce_on_stay_open_with_it_off()
 
 def test_wide_trees_that_look_good_in_the_prior_and_never_pay_do_not_fool_the_search():
     """A landscape against the model's prior: a drafter whose tree branches never accept anything more and whose
-    tree kernels cost extra. The best is a chain; every run reaches 98 % of it within the budget."""
+    tree kernels cost extra. The best is a chain; every run reaches 98 % of it before the model calls itself
+    confident, having spent only a few launches on wide trees."""
     base = load_profile("llama-3.1-8b-h100")
     prof = dataclasses.replace(base, name="trees-never-pay", tree_beta=0.0, tree_ms=base.dense_ms * 0.3)
     space = parse_space({**TREES, "fixed": {**TREES["fixed"], "tp-size": 1}}, "trees.yaml")
@@ -192,17 +193,18 @@ def test_wide_trees_that_look_good_in_the_prior_and_never_pay_do_not_fool_the_se
                 "study": "robust",
                 "budget": {"trials": 16},
                 "workload": {"max_tokens": 256, "chunks": 6, "requests_per_chunk": 4},
-                "sampler": {"name": "structured", "seed": seed},
+                "sampler": {"name": "structured", "seed": seed, "stop_below_gain": 0.01},
             },
             "test",
         )
         study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg, space))
         ex = ModelExecutor(prof, ["h0"], cfg.workload, seed=seed)
         Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
-        done = [t for t in study.get_trials() if t.state == TrialState.COMPLETE and t.user_attrs.get(R.LAUNCHED)]
-        best = max((t for t in done if t.value), key=lambda t: t.value)
+        done = [t for t in study.get_trials() if t.user_attrs.get(R.LAUNCHED)]
+        best = max((t for t in done if t.state == TrialState.COMPLETE and t.value), key=lambda t: t.value)
         loc = tr["table"].locate_trial(best)
         reached.append(tr["values"][loc] / tr["optimum"])
-        wide = [t for t in study.get_trials() if (t.params.get("speculative-eagle-topk") or 1) >= 4]
-        assert len(wide) <= 6, [t.params for t in wide]  # a few launches learn that trees don't pay here
+        wide = [t for t in done if (t.params.get("speculative-eagle-topk") or 1) >= 4]
+        # a few launches learn that trees don't pay here
+        assert len(wide) <= 5, [(t.number, t.user_attrs.get(R.CONFIG), t.user_attrs.get(C.CHOOSER)) for t in done]
     assert min(reached) >= 0.98, reached

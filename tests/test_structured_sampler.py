@@ -15,6 +15,7 @@ from optimizer.errors import ConfigError
 from optimizer.executors import ThreadExecutor
 from optimizer.hosts.config import local_host
 from optimizer.samplers import make_sampler
+from optimizer.samplers.calibration import CHOOSER, EXPLORER
 from optimizer.samplers.candidates import build_table
 from optimizer.samplers.feasibility import Failure, feasible_probability
 from optimizer.samplers.structured import EXPECTED_GAIN, PREDICTED, StructuredSampler
@@ -393,9 +394,10 @@ def test_study_through_simulator_processes_runs_the_model_chosen_launches(tmp_pa
     assert len(launched) <= 9 and len({t.user_attrs["candidate_key"] for t in launched}) == len(launched)
     best = best_trial(study)
     assert best is not None and truth[best.user_attrs["candidate_key"]] > 0
-    # every model-chosen launch says what the model expected of it
+    # every model-chosen launch says what the model expected of it (the others were the explorer's)
     chosen = [t for t in launched if not t.user_attrs.get("baseline") and not t.user_attrs.get("warm_start")]
-    assert chosen and all(PREDICTED in t.user_attrs for t in chosen)
+    assert any(PREDICTED in t.user_attrs for t in chosen)
+    assert all(PREDICTED in t.user_attrs or t.user_attrs.get(CHOOSER) == EXPLORER for t in chosen)
     # the simulated PCIe box logs SGLang's warning that custom all-reduce is unsupported; the probe reads it
     baseline = next(t for t in launched if t.user_attrs.get("baseline"))
     assert baseline.user_attrs["host_facts"]["pcie_only"] is True
@@ -408,7 +410,8 @@ def test_study_on_the_simulators_clock_reaches_the_optimum_of_a_small_space(tmp_
     best = best_trial(study)
     assert truth[best.user_attrs["candidate_key"]] >= 0.98 * optimum, (best.user_attrs["config"], optimum)
     chosen = [t for t in launched if not t.user_attrs.get("baseline") and not t.user_attrs.get("warm_start")]
-    assert chosen and all(PREDICTED in t.user_attrs for t in chosen)
+    assert any(PREDICTED in t.user_attrs for t in chosen)
+    assert all(PREDICTED in t.user_attrs or t.user_attrs.get(CHOOSER) == EXPLORER for t in chosen)
     # once a launch has reported the PCIe-only box and speculation at the default settings measured slower than
     # none, the sampler learns how much the NCCL settings matter
     assert chosen[-1].user_attrs["search:adaptive_settings"] is True

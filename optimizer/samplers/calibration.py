@@ -10,7 +10,7 @@ trees that never pay, settings that matter only together. Three checks hold the 
   launches since its last improvement is that probability's negative log: about 1 is ordinary, 3 means a 5 %
   event. Each term is weighted by the launch's stake (its expected gain over ``STAKE_GAIN``, at most 1).
 - **Intervals kept.** Each launch's measured tok/s against the predictive distribution it was chosen under
-  (``search:predicted_tok_per_s``, ``search:predicted_log_sd`` plus launch noise): over the last ``WINDOW`` model
+  (``search:predicted_tok_per_s``, ``search:predicted_log_sd``, launch noise included): over the last ``WINDOW`` model
   launches, a measurement more than ``MISS_Z`` standard deviations away is a *miss*, and the root mean square of
   the z-scores says how much too narrow the model's uncertainty is.
 - **Regions that said no.** Near-identical configurations (same topk and algorithm, steps within one, draft tokens
@@ -48,12 +48,16 @@ MODEL, EXPLORER = "model", "explorer"
 STAKE_GAIN = 0.03
 WINDOW = 6  # recent model launches whose z-scores are checked
 MISS_Z = 2.0  # |z| beyond this is a measurement outside the predictive interval (~5 % under calibration)
-LAUNCH_NOISE_SD = 0.04  # log-scale launch-to-launch noise added to the model's own spread (pruned: doubled)
+#: log-scale launch-to-launch noise the model assumes (widened by its residuals, ``ThroughputModel.noise_scale``)
+LAUNCH_NOISE_SD = 0.04
+PRUNED_WIDER = 1.5
+#: study user attribute: the launch noise the model's residuals imply, for the pruner while none was measured
+LAUNCH_NOISE_ESTIMATE = R.LAUNCH_NOISE_ESTIMATE
 #: explore share = (surprise + misses) / this, at most MAX_EXPLORE: surprise 3 (a 5 % event) gives a half
 SURPRISE_PER_SHARE = 6.0
 MAX_EXPLORE = 0.5
 #: below this the model counts as calibrated (and may call itself confident)
-CALIBRATED_BELOW = 1.0
+CALIBRATED_BELOW = 2.3
 MAX_WIDEN = 3.0
 NEAR_DRAFT = 1.5
 REJECT_SAME, REJECT_ANY = 2, 3
@@ -117,9 +121,9 @@ def assess(trials: list[FrozenTrial]) -> Calibration:
                 stake = min(1.0, float(ua.get(EXPECTED_GAIN) or 0.0) / STAKE_GAIN)
                 cal.surprise += -math.log1p(-p) * stake
             pred, sd = ua.get(PREDICTED), ua.get(PRED_LOG_SD)
-            if value and pred and sd is not None:
-                noise = LAUNCH_NOISE_SD * (2.0 if t.state == TrialState.PRUNED else 1.0)
-                zs.append((math.log(value) - math.log(float(pred))) / math.hypot(float(sd), noise))
+            if value and pred and sd:  # a pruned launch measured fewer chunks: a little wider
+                sd = float(sd) * (PRUNED_WIDER if t.state == TrialState.PRUNED else 1.0)
+                zs.append((math.log(value) - math.log(float(pred))) / sd)
         if complete:
             best = value if best is None else max(best, value)
     recent = zs[-WINDOW:]

@@ -53,7 +53,10 @@ SPREAD = 1.0
 CONFIDENT_ASKS = 2
 #: launches measured before the explorer's TPE leaves random sampling (it only runs once the model was wrong)
 EXPLORER_STARTUP = 4
-TOKENS_PER_CHUNK = "tokens_per_chunk"  # the client's stream measurement (optimizer.loadgen.client.BenchResult)
+TOKENS_PER_CHUNK = "tokens_per_chunk"
+#: launches scatter this many times more than the model assumes (its residuals): the measurements are noisy, so the
+#: bar is the model's estimate of the best launch and the pruner is told the noise
+NOISY_SCALE = 1.5  # the client's stream measurement (optimizer.loadgen.client.BenchResult)
 PREDICTED = C.PREDICTED
 EXPECTED_GAIN = "search:expected_gain"
 P_FEASIBLE = "search:p_feasible"
@@ -128,7 +131,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             storage.set_trial_user_attr(trial._trial_id, C.CHOOSER, C.EXPLORER)
             storage.set_trial_user_attr(trial._trial_id, C.EXPLORE_SHARE, round(share, 3))
             return {}
-        pick = self.choose(table, trials, exclude=trial.number)
+        pick = self.choose(table, trials, exclude=trial.number, storage=storage, study_id=study._study_id)
         if pick is None:
             return {}
         (i, j), info = pick
@@ -145,7 +148,12 @@ class StructuredSampler(optuna.samplers.BaseSampler):
 
     # ------------------------------------------------------------------ the choice
     def choose(
-        self, table: CandidateTable, trials: list[FrozenTrial], exclude: int = -1
+        self,
+        table: CandidateTable,
+        trials: list[FrozenTrial],
+        exclude: int = -1,
+        storage: optuna.storages.BaseStorage | None = None,
+        study_id: int | None = None,
     ) -> tuple[tuple[int, int], dict[str, float | bool]] | None:
         obs, failures, served, taken, pending, best, fatal, rejected = _collect(table, trials, exclude)
         served = [loc for loc in served if table.spec[loc[0]]] or served
@@ -164,6 +172,8 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         allowed[~table.spec] = False  # the driver measures the baseline itself
         for i, j in taken:
             allowed[i, j] = False
+        if self._tp <= 1:  # one GPU: no all-reduce, so NCCL and custom all-reduce settings are the same server
+            allowed[:, [v != table.default_other for v in table.other_values]] = False
         if pcie_only and CAR in table.other_names:  # launch only its default: the other level is the same server
             k = table.other_names.index(CAR)
             allowed[:, [v[k] != table.default_other[k] for v in table.other_values]] = False
@@ -176,7 +186,10 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         allowed &= ~C.rejected_mask(table, rejected, completed)
         if not allowed.any():
             return None
-        complete = [(o.i, o.j) for o in obs if not o.pruned] if self.adaptive else []
+        noisy = model.noise_scale >= NOISY_SCALE
+        if noisy and study_id is not None:  # the pruner's margin between launches (optimizer.pruning)
+            storage.set_study_user_attr(study_id, C.LAUNCH_NOISE_ESTIMATE, round(model.launch_noise, 4))
+        complete = [(o.i, o.j) for o in obs if not o.pruned] if self.adaptive or noisy else []
         if complete:  # the bar: the model's estimate of the best launch, not its luckiest measurement
             best = max(math.exp(model.mean_log_tps(i, j)) for i, j in complete)
         if best is None and not pending:  # nothing measured or running yet: the model's prior alone
@@ -218,10 +231,11 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         below = self._stop_below_gain is not None and self.last_expected_gain < self._stop_below_gain
         self._low_gain_asks = self._low_gain_asks + 1 if below else 0
         y = tree[i] - settings[j] - spec[i] * settings_spec[j]
+        noise = C.LAUNCH_NOISE_SD * model.noise_scale  # a launch measures its configuration's value this far off
         info = {
             PREDICTED: round(math.exp(model.mean_log_tps(i, j)), 3),
-            C.PRED_LOG_SD: round(float(np.std(y)), 5),
-            C.P_IMPROVE: round(float(np.mean(ndtr((y - log_best) / C.LAUNCH_NOISE_SD))), 4),
+            C.PRED_LOG_SD: round(math.hypot(float(np.std(y)), noise), 5),
+            C.P_IMPROVE: round(float(np.mean(ndtr((y - log_best) / noise))), 4),
             EXPECTED_GAIN: round(float(ei_all[i, j]), 5),
             P_FEASIBLE: round(float(p_ok[i, j]), 3),
             ADAPTIVE: self.adaptive,

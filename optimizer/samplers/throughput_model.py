@@ -60,6 +60,9 @@ SETTING_GROUPS = {"NCCL_PROTO": (("LL", "LL128"),)}
 #: prior scale of an NCCL level's effect while custom all-reduce is on (NCCL then carries only what custom
 #: all-reduce does not: large prefill all-reduces, some collectives)
 NCCL_UNDER_CAR = 0.35
+#: prior mean of turning custom all-reduce off (log step time) where SGLang runs it: its one-shot kernels beat
+#: NCCL on decode's small all-reduces, so off is slower unless an NCCL setting wins the difference back
+CAR_OFF_COST = 0.03
 #: on a PCIe-only box SGLang has disabled its custom all-reduce itself, so this flag changes nothing there
 CAR = "disable-custom-all-reduce"
 PRUNED_NOISE_FACTOR = 2.0  # a pruned launch measured fewer chunks
@@ -135,7 +138,7 @@ class ThroughputModel:
         self.spec = table.spec.astype(float)
         self.acc_X = _accept_features(table)
         self.tree_X, tree_mean, tree_sd = _tree_features(table, concurrency)
-        self.main_X, self.pair_X, main_scale = _setting_features(
+        self.main_X, self.pair_X, main_scale, main_mean = _setting_features(
             table, all_levels=adaptive_settings, car_always_off=car_always_off
         )
         # With one GPU there is no all-reduce: the settings cannot matter (still learned, from a tight prior).
@@ -147,7 +150,8 @@ class ThroughputModel:
         # one step-time regression per prior scale of the settings' effects, averaged by evidence (module doc)
         scales = SETTING_SCALES if tp_size > 1 and adaptive_settings else (1.0,)
         setting_sd = np.concatenate([sd_main * main_scale, np.full(npair, sd_pair), sd_spec * main_scale])
-        prior_mean = np.concatenate([tree_mean, np.zeros(nm + npair + nm)])
+        main_mean = main_mean if tp_size > 1 else np.zeros(nm)
+        prior_mean = np.concatenate([tree_mean, main_mean, np.zeros(npair + nm)])
         self.steps = [BayesLinear(prior_mean, np.concatenate([tree_sd, setting_sd * s])) for s in scales]
         self.step_weights = np.full(len(scales), 1.0 / len(scales))
         self.step_mean = prior_mean  # the weighted posterior mean of the step-time weights, set by fit
@@ -189,6 +193,12 @@ class ThroughputModel:
             self.step_weights = w / w.sum()
         self.step_mean = sum(w * m.mean for w, m in zip(self.step_weights, self.steps))
         return self
+
+    @property
+    def launch_noise(self) -> float:
+        """The launch-to-launch spread of tok/s the fit implies (log scale, about relative): the assumed step-time
+        noise, widened by what the residuals showed."""
+        return STEP_NOISE_SD * self.noise_scale
 
     def accept_length(self, i: int) -> float:
         if not self.spec[i]:
@@ -272,15 +282,17 @@ def _truthy(v: object) -> bool:
 
 def _setting_features(
     table: CandidateTable, all_levels: bool = False, car_always_off: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One-hot indicators of every non-default level of every setting (every level with ``all_levels``), and of
-    every pair of such levels of two settings (LL with Ring, ...); and each indicator's prior scale.
+        every pair of such levels of two settings (LL with Ring, ...); and each indicator's prior scale and mean (only
+    custom all-reduce turned off has a mean other than 0: ``CAR_OFF_COST``).
 
-    An NCCL variable acts only on what NCCL carries: with SGLang's custom all-reduce on, the decode all-reduces
-    bypass NCCL, so a protocol may change nothing there and decide the result once custom all-reduce is off. Each
-    NCCL level therefore has two effects, one with custom all-reduce on (prior scale ``NCCL_UNDER_CAR``) and one
-    with it off (full scale), and what a launch with custom all-reduce on taught does not settle the other."""
+        An NCCL variable acts only on what NCCL carries: with SGLang's custom all-reduce on, the decode all-reduces
+        bypass NCCL, so a protocol may change nothing there and decide the result once custom all-reduce is off. Each
+        NCCL level therefore has two effects, one with custom all-reduce on (prior scale ``NCCL_UNDER_CAR``) and one
+        with it off (full scale), and what a launch with custom all-reduce on taught does not settle the other."""
     off = car_off(table, car_always_off)
+    car_k = table.other_names.index(CAR) if CAR in table.other_names else -1
     gated = CAR in table.other_names or car_always_off or bool(off.any())
     cols: list[tuple[int, object, bool | None]] = []
     for k, name in enumerate(table.other_names):
@@ -300,7 +312,8 @@ def _setting_features(
     cols = [c for c, kept in zip(cols, keep) if kept]
     main = main[:, keep]
     scale = np.array([NCCL_UNDER_CAR if gate is False else 1.0 for _, _, gate in cols])
-    car_k = table.other_names.index(CAR) if CAR in table.other_names else -1
+    # turning custom all-reduce off where it works hands every small all-reduce to NCCL: slower, as a rule
+    mean = np.array([CAR_OFF_COST if k == car_k and _truthy(lv) and not car_always_off else 0.0 for k, lv, _ in cols])
     pairs = [
         (a, b)
         for a in range(len(cols))
@@ -311,4 +324,4 @@ def _setting_features(
         and (cols[a][2] is None or cols[b][2] is None or cols[a][2] == cols[b][2])
     ]
     pair = np.array([[main[j, a] * main[j, b] for a, b in pairs] for j in range(len(V))]).reshape(len(V), len(pairs))
-    return main, pair, scale
+    return main, pair, scale, mean

@@ -71,6 +71,7 @@ BASELINE_TOK_PER_S = "baseline_tok_per_s"
 BASELINE_TRIAL = "baseline_trial"
 PLAN = "plan"  # load levels, objective and latency limits (optimizer.levels.plan_record)
 LAUNCH_NOISE = "launch_noise"  # {sigma, df, source}: the noise between launches, measured from relaunches
+LAUNCH_NOISE_ESTIMATE = "search:launch_noise_estimate"  # the structured sampler's estimate, while none is measured
 CONFIRM_PLAN = "confirm:plan"  # the configurations a confirmation relaunches (optimizer.confirm)
 CONFIRM_RUN_PREFIX = "confirm:run:"  # confirm:run:NNNN, one relaunch each
 CONFIRM_RESULT = "confirm:result"  # the verdict (optimizer.verdict)
