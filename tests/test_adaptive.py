@@ -343,10 +343,14 @@ def test_per_level_export_writes_a_schedule_that_boots_through_its_launch_script
     levels = {r["concurrency"]: r for r in ad["levels"]}
     for c, r in levels.items():  # each slot runs the fastest chain measured at its level
         assert config[str(c)]["candidate_steps"] == [r["steps"]] and r["steps"] in (2, 3, 5, 6, 1, 4, 0)
-    # the tree (5, 8, 11) wins at concurrency 1 on this profile (+19 % in the model); the schedule says so and what the chain costs
-    assert levels[1]["needs_topk_gt_1"] and "adaptive mode cannot express" in levels[1]["note"]
-    assert 0 < levels[1]["cost_vs_level_best"] < 1  # ~16 % in the model
-    assert "cannot express" in (out / "best-adaptive.yaml").read_text()
+    # where the tree (5, 8, 11) measured fastest (at concurrency 1 on this profile, +19 % in the model, but timed
+    # on a loaded machine), the schedule says so and what the chain costs; where a chain did, it says nothing of it
+    for r in levels.values():
+        tree_won = r["level_best_config"] is not None and " k8 " in f" {r['level_best_config']} "
+        assert r["needs_topk_gt_1"] == tree_won, r
+        if tree_won:
+            assert "adaptive mode cannot express" in r["note"] and 0 < r["cost_vs_level_best"] < 1
+            assert "cannot express" in (out / "best-adaptive.yaml").read_text()
     # SGLang's own adaptive launch is reported next to the static answers
     rows = adaptive_rows(study, study_plan(study))
     assert [r["concurrency"] for r in rows] == [1, 16] and all(r["adaptive_tok_per_s"] for r in rows)
