@@ -82,10 +82,24 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
 
     for line in terminal_lines(summary, study):
         print(line)
-    print_summary(summary)
+    refresh_views(study, cfg)
     if summary.get("best"):
         print(f"wrote {cfg.study_dir}/best.yaml, best.env and best.sh in {time.time() - t0:.0f} s")
+    print_summary(summary)
     return 130 if driver.stopping else 0
+
+
+def refresh_views(study: optuna.Study, cfg: StudyConfig) -> None:
+    """After an export: the study's dashboard note, and a report already written, show the exported answer."""
+    from .notes import save_study_note
+
+    save_study_note(study)
+    report = cfg.study_dir / "report.html"
+    if report.exists():
+        from .report import write_report
+
+        write_report(study, report)
+        print(f"rewrote {report}")
 
 
 def make_executor(kind: str, hosts: list, cfg: StudyConfig, ray_address: str | None = None) -> Any:
@@ -130,33 +144,37 @@ def confirm(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None 
         return 130
     finally:
         ex.shutdown()
-    print_summary(export_study(study, cfg.study_dir))
+    summary = export_study(study, cfg.study_dir)
+    refresh_views(study, cfg)
+    print_summary(summary)
     return 0
 
 
 def print_summary(summary: dict) -> None:
-    """The final lines: the best (confirmed when a confirmation ran), its interval and gain, and every alarm."""
-    best = summary.get("best")
-    conf = summary.get("confirmation")
-    if best and conf and conf.get("winner"):
-        w = conf["winner"]
-        ci = w.get("ci") or [None, None]
-        interval = f" (95% CI {ci[0]:.1f}-{ci[1]:.1f})" if None not in ci else ""
-        print(f"\nbest (confirmed): trial {best['trial']} {best['config']}: {w['tok_per_s']:.1f} tok/s{interval}")
-        for line in conf.get("verdict", [])[1:]:
-            print(f"  {line}")
-    elif best:
-        gain = best.get("gain_over_baseline")
-        print(
-            f"\nbest: trial {best['trial']} {best['config']}: {best['tok_per_s']:.1f} tok/s"
-            + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
-            + " (one launch, not confirmed)"
-        )
-    else:
-        print("no feasible trial yet")
+    """The final lines. Alarms come first: those on the answer and its equivalents in full, those on other
+    (discarded) trials as one line; the last lines are the answer, its interval and verdict, the equivalent
+    alternatives with their own verdicts, and the line that deploys it (``optimizer.answer``)."""
+    from .answer import answer_lines
+
+    ans = summary.get("answer")
+    shown = set() if not ans else {ans["trial"], *(a["trial"] for a in ans.get("alternatives") or [])}
+    others: list[str] = []
+    print()
     for number, found in sorted((summary.get("alarms") or {}).items(), key=lambda kv: int(kv[0])):
         for a in found:
-            print(f"ALARM trial {number} {a['kind']}: {a['seen']} Likely cause: {a['cause']} Fix: {a['fix']}")
+            if int(number) in shown:
+                print(f"ALARM trial {number} {a['kind']}: {a['seen']} Likely cause: {a['cause']} Fix: {a['fix']}")
+            else:
+                others.append(f"trial {number} {a['kind']}")
+    if others:
+        print(f"alarms on trials not exported: {', '.join(others)} (details in summary.json and the report)")
+    if ans is None:
+        print("no feasible trial: nothing to deploy")
+        return
+    lines = answer_lines(ans, "")
+    lines[-1] = f"deploy: {ans['deploy']}"
+    for line in lines:
+        print(line)
 
 
 def dry_run(cfg: StudyConfig, *, boot_s: float | None = None, bench_s: float | None = None) -> int:

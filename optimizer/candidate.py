@@ -69,13 +69,14 @@ class Candidate:
 
     def short(self) -> str:
         """A one-line human description: ``EAGLE3 s2 k1 d3 LL/Ring`` or ``baseline``."""
-        if self.is_baseline:
-            head = "baseline"
-        else:
-            steps, topk, draft = sgl.resolved_triple(self.flags)
-            head = f"{sgl.algorithm(self.flags)} s{steps} k{topk} d{draft}"
         env = _clean_env(self.env)
         extras = [f"{k.removeprefix('NCCL_').lower()}={v}" for k, v in env.items()]
         if self.flags.get("disable-custom-all-reduce"):
             extras.append("no-car")
+        if self.is_baseline:
+            # With other settings it is not the baseline (which runs every setting at its default).
+            head = "no-spec" if extras else "baseline"
+        else:
+            steps, topk, draft = sgl.resolved_triple(self.flags)
+            head = f"{sgl.algorithm(self.flags)} s{steps} k{topk} d{draft}"
         return head + (" " + " ".join(extras) if extras else "")

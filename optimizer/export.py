@@ -117,8 +117,21 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         what += f"; objective: {plan.describe()}"
     summary["best"]["config_file_refused"] = _write_config(out_dir, "best", study, best, what)
     summary["rows"] = summary_rows(study)
+    summary["answer"] = _answer(study, out_dir)
     write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _answer(study: optuna.Study, out_dir: Path) -> dict[str, Any] | None:
+    """The one answer (``optimizer.answer``) the terminal, the report and the study note show too."""
+    from .answer import deploy_command, study_answer
+
+    ans = study_answer(study)
+    if ans is None:
+        return None
+    ans = {k: v for k, v in ans.items() if k not in ("flags", "env")}  # in ``best``, secrets masked
+    ans["deploy"] = deploy_command(out_dir)
+    return ans
 
 
 def _write_config(

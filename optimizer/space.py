@@ -320,6 +320,12 @@ class SearchSpace:
     def baseline(self) -> Candidate:
         return self.candidate(self.baseline_params())
 
+    def is_baseline(self, cand: Candidate) -> bool:
+        """The baseline is no speculation with every other setting at its default: a launch without speculation
+        but with other settings (NCCL, custom all-reduce) is a configuration like any other, scored against it."""
+        arch = self.model.architecture
+        return cand.is_baseline and cand.key(architecture=arch) == self.baseline().key(architecture=arch)
+
     def baseline_params(self) -> dict[str, Any]:
         """Parameter values of the baseline trial: no speculation, every other parameter at its default (NCCL
         unset, custom all-reduce on), so the gain over the baseline is the gain over an untuned launch."""

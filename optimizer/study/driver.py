@@ -261,7 +261,7 @@ class Driver:
             poll_s=server.poll_s,
             stop_timeout_s=server.stop_timeout_s,
             study=self.cfg.study,
-            protected=cand.is_baseline,
+            protected=self.space.is_baseline(cand),
             level_order=self.plan.order(),
             interleave=self.plan.interleave,
         )

@@ -51,7 +51,7 @@ class Recorder:
         trial.set_user_attr(R.CANDIDATE_KEY, key)
         trial.set_user_attr(R.FLAGS, redact_mapping(dict(cand.flags)))
         trial.set_user_attr(R.ENV, redact_mapping(dict(cand.env)))
-        if cand.is_baseline:
+        if space.is_baseline(cand):
             trial.set_user_attr(R.BASELINE, True)
 
     # ------------------------------------------------------------------ results
