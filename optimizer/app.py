@@ -227,7 +227,7 @@ def print_table(study: optuna.Study) -> None:
                 "" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
                 "" if r["boot_s"] is None else f"{r['boot_s']:.1f}",
                 r["host"],
-                str(r["reason"])[:80],
+                str(r["reason"]),  # folded by the table, never cut (a cut reason loses its flag)
             )
         Console(width=160).print(table)
     except ImportError:  # pragma: no cover

@@ -95,9 +95,14 @@ def _code(text: str, lang: str = "text") -> list[str]:
 _REQUEST_LINE = re.compile(r'"(?:GET|POST|PUT|DELETE|HEAD) [^"]*HTTP/[0-9.]+" \d{3}')
 
 
+#: Terminal colour and cursor sequences (SGLang and uvicorn colour their logs): markdown shows them raw.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
 def tidy_tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
-    """The end of a server log for a note: no cut-off first line, runs of HTTP access lines collapsed."""
-    text = text[-limit:]
+    """The end of a server log for a note: no terminal escapes, no cut-off first line, runs of HTTP access lines
+    collapsed."""
+    text = _ANSI.sub("", text)[-limit:]
     if len(text) >= limit and "\n" in text:
         text = text.split("\n", 1)[1]  # the first line was cut by the driver's truncation
     out: list[str] = []

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
 from .notes import boot_rows, outcome, redact_attrs
+from .readiness import clip
 from .study import records as R
 from .study.records import baseline_trial, feasible
 
@@ -519,7 +520,7 @@ def _table(study: optuna.Study) -> str:
             _num(ua.get("itl_ms_p50"), "{:.2f}"),
             _num(ua.get(R.BOOT_S)),
             html.escape(str(ua.get(R.HOST, ""))),
-            html.escape(str(reason)[:160]),
+            html.escape(clip(str(reason), 300)),
         ]
         rows.append(
             "<tr>"

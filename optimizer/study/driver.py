@@ -25,6 +25,7 @@ from ..events import ChunkEvent, PhaseEvent, TrialResult
 from ..executors import Executor
 from ..hosts.config import HostConfig
 from ..progress import Progress
+from ..redact import redact_text
 from ..settings import StudyConfig
 from ..space import SearchSpace
 from ..trial import TrialSpec
@@ -112,6 +113,8 @@ class Driver:
     def prepare(self) -> None:
         """Resume what a dead run left: its RUNNING trials are re-queued, its servers stopped."""
         stamp(self.study, self.cfg)
+        pythons = dict(self.study.user_attrs.get(R.HOST_PYTHON) or {})
+        self.study.set_user_attr(R.HOST_PYTHON, {**pythons, **{h.name: h.python for h in self.hosts}})
         requeued = requeue_interrupted(self.study, skip=self.active)
         if requeued:
             self.note(f"resumed: {requeued} interrupted trial(s) re-queued")
@@ -188,6 +191,7 @@ class Driver:
             host = self.pool.assign(a)
             self.active[a.trial.number] = a
             a.trial.set_user_attr(R.HOST, host)
+            a.trial.set_user_attr(R.SERVER_COMMAND, redact_text(" ".join(self.cfg.server.command)))
             self.executor.submit(host, a.spec)
 
     # ------------------------------------------------------------------ stopping
