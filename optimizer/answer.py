@@ -110,7 +110,11 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
         "gain_ci": gain_ci,
         "confirmed": confirmed,
         "launches": winner.get("launches", 1) if confirmed else 1,
-        "verdict": gain_verdict(gain, gain_ci, confirmed=confirmed),
+        "verdict": (
+            "no speculative configuration measured above the baseline: serve without speculation"
+            if best.user_attrs.get(R.BASELINE)
+            else gain_verdict(gain, gain_ci, confirmed=confirmed)
+        ),
         "why": why,
         "alternatives": alternatives,
         "baseline": None if base is None else {"trial": base.number, "tok_per_s": base_v},

@@ -58,6 +58,8 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
 
     space = load_space(cfg.space)
     hosts = read_hosts(cfg.hosts) if cfg.hosts else [local_host()]
+    for note in check_before_spending(cfg, space, hosts):
+        print(note)
     cfg.study_dir.mkdir(parents=True, exist_ok=True)
     from .study import claim_study
 
@@ -86,7 +88,15 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
     if summary.get("best"):
         print(f"wrote {cfg.study_dir}/best.yaml, best.env and best.sh in {time.time() - t0:.0f} s")
     print_summary(summary)
-    return 130 if driver.stopping else 0
+    if driver.halted:
+        print(f"error: {driver.halted}", file=sys.stderr)
+        return 1
+    if driver.stopping:
+        return 130
+    if summary.get("best") is None:
+        print("error: nothing was measured: no launch completed (see the reasons above)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def refresh_views(study: optuna.Study, cfg: StudyConfig) -> None:
@@ -100,6 +110,18 @@ def refresh_views(study: optuna.Study, cfg: StudyConfig) -> None:
 
         write_report(study, report)
         print(f"rewrote {report}")
+
+
+def check_before_spending(cfg: StudyConfig, space: Any, hosts: list) -> list[str]:
+    """Before the study is created or a launch spent: a resumed study must match (space, workload, server
+    command), and every host must reach the server command's program on a free port. Returns notes to print."""
+    from .preflight import check_hosts
+    from .study.matching import check_resume
+
+    notes = [f"warning: {w}" for w in getattr(space, "warnings", [])]
+    notes += check_resume(cfg, space)
+    check_hosts(cfg.server.command, hosts, cfg.study_dir)
+    return notes
 
 
 def make_executor(kind: str, hosts: list, cfg: StudyConfig, ray_address: str | None = None) -> Any:
@@ -133,6 +155,9 @@ def confirm(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None 
     study = open_existing(cfg)
     space = load_space(cfg.space)
     hosts = read_hosts(cfg.hosts) if cfg.hosts else [local_host()]
+    from .preflight import check_hosts
+
+    check_hosts(cfg.server.command, hosts, cfg.study_dir)
     for note in claim_study(cfg):
         print(note)
     ex = make_executor(executor, hosts, cfg, ray_address)

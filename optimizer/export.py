@@ -204,7 +204,12 @@ def launch_script(
     words = shlex.split(server_command) if server_command else ["{python}", "-m", "sglang.launch_server"]
     cmd = " ".join('"$py"' if w == "{python}" else shlex.quote(w) for w in words)
     refused = Candidate(flags=on_cli).argv()
-    tuned = ", ".join(f"{k}={v}" for k, v in workload.items() if v is not None) if isinstance(workload, dict) else ""
+    shown = ("prompts", "endpoint", "concurrency", "max_tokens", "temperature")
+    tuned = (
+        ", ".join(f"{k}={workload[k]}" for k in shown if workload.get(k) is not None)
+        if isinstance(workload, dict)
+        else ""
+    )
     lines = [
         "#!/usr/bin/env bash",
         f"# The best configuration of study {study!r} (trial {trial}), as measured: run it as is; arguments",
