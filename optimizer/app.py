@@ -183,16 +183,12 @@ def print_summary(summary: dict) -> None:
 
     ans = summary.get("answer")
     shown = set() if not ans else {ans["trial"], *(a["trial"] for a in ans.get("alternatives") or [])}
-    others: list[str] = []
     print()
-    for number, found in sorted((summary.get("alarms") or {}).items(), key=lambda kv: int(kv[0])):
-        for a in found:
-            if int(number) in shown:
-                print(f"ALARM trial {number} {a['kind']}: {a['seen']} Likely cause: {a['cause']} Fix: {a['fix']}")
-            else:
-                others.append(f"trial {number} {a['kind']}")
-    if others:
-        print(f"alarms on trials not exported: {', '.join(others)} (details in summary.json and the report)")
+    found = sorted((summary.get("alarms") or {}).items(), key=lambda kv: (int(kv[0]) in shown, int(kv[0])))
+    for number, alarms in found:  # trials not exported first: the answer's own alarms stay next to it
+        for a in alarms:
+            where = "" if int(number) in shown else " (a trial not exported)"
+            print(f"ALARM trial {number} {a['kind']}{where}: {a['seen']} Likely cause: {a['cause']} Fix: {a['fix']}")
     if ans is None:
         print("no feasible trial: nothing to deploy")
         return
