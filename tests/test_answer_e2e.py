@@ -62,7 +62,8 @@ def test_demo_terminal_report_and_note_agree_on_the_exported_trial(tmp_path, cap
     hosts = tmp_path / "hosts.yaml"
     python_link = tmp_path / "bin" / "python-of-the-host"  # the hosts file's python: best.sh must use it
     python_link.parent.mkdir()
-    python_link.symlink_to(sys.executable)
+    python_link.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # a wrapper, as a venv's python is
+    python_link.chmod(0o755)
     hosts.write_text(f"hosts:\n  - name: box\n    type: local\n    python: {python_link}\n")
     args = _args(tmp_path) + ["--hosts", str(hosts)]
     assert cli.main(["optimize", *args, "--trials", "6", "--confirm-rounds", "2", "--confirm-top", "2"]) == 0
@@ -79,7 +80,9 @@ def test_demo_terminal_report_and_note_agree_on_the_exported_trial(tmp_path, cap
     assert ending[0].startswith(f"answer: trial {n} {ans['config']}: ") and "95% CI" in ending[0]
     assert "over the baseline" in ending[1]
     for alt in ans["alternatives"]:
-        assert any(line.startswith(f"  equivalent: trial {alt['trial']} ") and alt["verdict"] in line for line in ending)
+        assert any(
+            line.startswith(f"  equivalent: trial {alt['trial']} ") and alt["verdict"] in line for line in ending
+        )
     assert any(line.startswith(f"  why trial {n}: ") for line in ending)
     assert ending[-1] == f"deploy: bash {tmp_path / 'studies/demo'}/best.sh --port 30000"
     assert not any(line.startswith("ALARM") for line in ending)  # alarms come before the answer, never after
