@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import optuna
 import optuna_dashboard
+import pytest
 from conftest import KIMI
 
 from optimizer import cli
@@ -169,3 +170,43 @@ def test_same_tree_with_settings_won_names_the_settings_not_the_tree(tmp_path, c
     assert max(i for i, x in enumerate(lines) if x.startswith("ALARM")) < lines.index(
         next(x for x in lines if x.startswith("answer: "))
     )
+
+
+def test_per_level_gain_scores_settings_without_speculation_against_the_baseline(tmp_path, capsys):
+    """--concurrency 1,8 --objective gain: a launch without speculation but with NCCL settings is not the baseline
+    (not flagged, not scored against itself), and no level claims 'no speculative configuration beats the baseline'
+    when one measured higher there."""
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(
+        "study: levels\n"
+        "initial:\n"
+        "  - {speculative-algorithm: none, NCCL_PROTO: unset, NCCL_ALGO: Ring}\n"
+        "  - {speculative-algorithm: EAGLE3, speculative-num-steps: 2, NCCL_PROTO: LL, NCCL_ALGO: Ring}\n"
+    )
+    args = _args(tmp_path, "levels")[2:]
+    args[args.index("search_spaces/demo.yaml")] = "search_spaces/levels.yaml"
+    cmd = ["optimize", "--config", str(study_file), *args, "--trials", "3", "--pruner", "none"]
+    assert cli.main([*cmd, "--concurrency", "1,8", "--objective", "gain"]) == 0
+    study = _load(tmp_path, "levels")
+    by = {t.number: t for t in study.trials}
+    assert by[0].user_attrs.get("baseline") is True
+    ring = by[1]
+    assert ring.user_attrs["config"] == "no-spec algo=Ring" and not ring.user_attrs.get("baseline")
+    base_levels = by[0].user_attrs["levels"]
+    gains = [ring.user_attrs["levels"][c]["tok_per_s"] / base_levels[c]["tok_per_s"] - 1 for c in ("1", "8")]
+    # the objective is the mean gain at the baseline's scale: scored against the baseline, not against itself
+    assert ring.value / by[0].value - 1 == pytest.approx(sum(gains) / 2, abs=1e-3) and abs(sum(gains)) > 1e-3
+    summary = json.loads((tmp_path / "studies/levels/summary.json").read_text())
+    for row in summary["levels"]:
+        c = str(row["concurrency"])
+        spec_best = max(
+            (
+                t.user_attrs["levels"][c]["tok_per_s"]
+                for t in study.trials
+                if t.user_attrs.get("outcome") == "complete"
+                and (t.user_attrs.get("flags") or {}).get("speculative-algorithm")
+            ),
+            default=0.0,
+        )
+        if spec_best > row["baseline_tok_per_s"]:
+            assert "no speculative configuration beats the baseline" not in row["note"], row
