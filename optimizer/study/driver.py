@@ -274,7 +274,7 @@ class Driver:
             poll_s=server.poll_s,
             stop_timeout_s=server.stop_timeout_s,
             study=self.cfg.study,
-            protected=self.space.is_baseline(cand),
+            protected=cand.is_baseline,  # no speculation: never pruned (the baseline, and the space's 'none')
             level_order=self.plan.order(),
             interleave=self.plan.interleave,
         )
@@ -328,7 +328,7 @@ class Driver:
         if r.metrics:
             self.bench_times.append(max(0.0, r.t_end - r.t_start - (r.boot_s or 0.0)))
         self.record.result(a, r)
-        if a.spec.protected and r.status in ("infeasible", "failed") and not self.stopping:
+        if a.trial.user_attrs.get(R.BASELINE) and r.status in ("infeasible", "failed") and not self.stopping:
             # Every other launch would fail the same way (the command, the model path, a fixed flag): stop now.
             self.halted = f"the baseline (trial {r.trial}) failed: {r.reason or r.status}"
             self.stopping = True
