@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 
 import optuna
@@ -197,3 +198,34 @@ def test_small_things(tmp_path, monkeypatch):
     helps = {a.dest: a.help for a in cli.build_parser()._subparsers._group_actions[0].choices["optimize"]._actions}
     for dest in ("sampler", "pruner", "seed", "chunks"):
         assert helps[dest], dest
+
+
+def test_every_host_quarantined_exits_non_zero(tmp_path, capsys):
+    """The host passes the check, then another program takes its port before the first launch (the wrapper
+    below does it when the check runs it): every launch is a host fault, the host is quarantined, and the run
+    says so and exits 1, not 0."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pidfile = tmp_path / "holder.pid"
+    holder = f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(120)"
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-c" ] && [ ! -e {pidfile} ]; then\n'
+        f'  {sys.executable} -c "{holder}" >/dev/null 2>&1 &\n'
+        f"  echo $! > {pidfile}; sleep 1\n"
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(f"hosts:\n  - {{name: box, type: local, server_port: {port}, python: {wrapper}}}\n")
+    try:
+        assert _run(tmp_path, *SIM, "--hosts", str(hosts), trials=2) == 1
+    finally:
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text()), 9)
+    out, err = capsys.readouterr()
+    assert "every host is quarantined" in out and "every host is quarantined" in err
+    assert f"port {port} on 127.0.0.1 is taken" in out
