@@ -210,3 +210,73 @@ def test_per_level_gain_scores_settings_without_speculation_against_the_baseline
         )
         if spec_best > row["baseline_tok_per_s"]:
             assert "no speculative configuration beats the baseline" not in row["note"], row
+
+
+def test_the_note_and_report_say_which_trial_is_the_answer_where_the_badge_differs(tmp_path, capsys):
+    """A confirmation whose winner is not the highest single launch (what optuna-dashboard's "Best Trial" badge
+    shows): the terminal, summary.json, the report's headline and the study note all name the winner, and the note
+    and the report say why the badge shows another trial."""
+    from test_report_study import build_study
+
+    from optimizer.answer import dashboard_best
+    from optimizer.app import print_summary
+    from optimizer.export import export_study
+    from optimizer.notes import save_study_note
+    from optimizer.report import write_report
+
+    study, cfg = build_study(tmp_path)
+    done = sorted(
+        (t for t in study.trials if t.state.name == "COMPLETE" and t.user_attrs.get("outcome") == "complete"),
+        key=lambda t: -t.value,
+    )
+    badge = dashboard_best(study)
+    winner = next(t for t in done if t.number != badge and not t.user_attrs.get("baseline"))
+
+    def arm(t, v, gain, gain_ci):
+        return {
+            "label": f"trial {t.number}",
+            "trial": t.number,
+            "config": t.user_attrs["config"],
+            "baseline": False,
+            "launches": 3,
+            "runs": [v] * 3,
+            "tok_per_s": v,
+            "ci": [v * 0.98, v * 1.02],
+            "gain": gain,
+            "gain_ci": gain_ci,
+            "study_tok_per_s": t.value,
+        }
+
+    w = arm(winner, 100.0, 0.04, [-0.01, 0.09])
+    b = arm(study.trials[badge], 101.0, 0.067, [0.0048, 0.0706])
+    study.set_user_attr(
+        "confirm:result",
+        {
+            "arms": [w, b],
+            "winner": w,
+            "fastest_trial": badge,
+            "equivalent_trials": [badge, winner.number],
+            "significant_gain": False,
+            "launch_noise": 0.015,
+            "launch_noise_df": 4,
+            "confidence": 0.95,
+            "verdict": [f"confirmed best: trial {winner.number}"],
+        },
+    )
+    summary = export_study(study, cfg.study_dir)
+    save_study_note(study)
+    html = write_report(study, cfg.study_dir / "report.html").read_text()
+    print_summary(summary)
+    out = capsys.readouterr().out.rstrip().splitlines()
+
+    assert summary["answer"]["trial"] == summary["best"]["trial"] == winner.number
+    assert out[-1].startswith("deploy: bash ")
+    assert any(x.startswith(f"answer: trial {winner.number} ") for x in out)
+    assert any(
+        x.startswith(f"  equivalent: trial {badge} ") and "significant gain over the baseline: +6.7%" in x for x in out
+    )  # the equivalent alternative's own verdict, which differs from the answer's
+    note = optuna_dashboard.get_note(study)
+    assert note.splitlines()[2].startswith(f"**Answer: trial {winner.number} ")
+    assert f'"Best Trial" badge shows trial {badge}' in note and f"the exported answer is trial {winner.number}" in note
+    cards = html[html.index("<div class='cards'>") : html.index("</ul>")]
+    assert f"(trial {winner.number}, confirmed" in cards and f"badge shows trial {badge}" in cards
