@@ -229,3 +229,24 @@ def test_every_host_quarantined_exits_non_zero(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "every host is quarantined" in out and "every host is quarantined" in err
     assert f"port {port} on 127.0.0.1 is taken" in out
+
+
+def test_a_host_that_cannot_be_asked_is_not_reported_as_servers_stopped(tmp_path):
+    from optimizer.executors import ThreadExecutor
+    from optimizer.hosts.config import parse_hosts
+    from optimizer.study.resume import reap_orphans
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    hosts = parse_hosts(
+        [{"name": "gpu-b", "type": "ssh", "address": "127.0.0.1", "ssh_port": dead, "connect_timeout_s": 3}]
+    )
+    ex = ThreadExecutor(hosts, tmp_path)
+    notes: list[str] = []
+    try:
+        reap_orphans(ex, notes.append)
+    finally:
+        ex.shutdown()
+    assert len(notes) == 1 and "could not look for servers left by a previous run" in notes[0], notes
+    assert "stopped" not in notes[0] and "cannot reach" in notes[0]
