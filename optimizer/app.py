@@ -118,6 +118,17 @@ def check_before_spending(cfg: StudyConfig, space: Any, hosts: list) -> list[str
     from .preflight import check_hosts
     from .study.matching import check_resume
 
+    for i, params in enumerate(cfg.initial):
+        for name, value in params.items():
+            p = space.params.get(name)
+            if p is None:
+                raise ConfigError(
+                    f"{name!r} is not a parameter of the space {cfg.space}; its parameters: {', '.join(space.params)}",
+                    key=f"initial[{i}].{name}",
+                )
+            choices = getattr(p, "choices", None)
+            if choices is not None and value not in choices:
+                raise ConfigError(f"{value!r} is not among the choices {choices}", key=f"initial[{i}].{name}")
     notes = [f"warning: {w}" for w in getattr(space, "warnings", [])]
     notes += check_resume(cfg, space)
     check_hosts(cfg.server.command, hosts, cfg.study_dir)

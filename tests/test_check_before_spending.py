@@ -250,3 +250,26 @@ def test_a_host_that_cannot_be_asked_is_not_reported_as_servers_stopped(tmp_path
         ex.shutdown()
     assert len(notes) == 1 and "could not look for servers left by a previous run" in notes[0], notes
     assert "stopped" not in notes[0] and "cannot reach" in notes[0]
+
+
+def test_a_misspelt_initial_configuration_is_refused(tmp_path, capsys):
+    study = tmp_path / "study.yaml"
+    study.write_text("study: s\ninitial:\n  - {speculative-algorithm: EAGLE3, speculative-num-step: 3}\n")
+    assert (
+        cli.main(
+            [
+                "optimize",
+                "--config",
+                str(study),
+                "--studies-dir",
+                str(tmp_path / "studies"),
+                "--space",
+                str(_space(tmp_path)),
+                *SIM,
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "initial[0].speculative-num-step" in err and "speculative-num-steps" in err
+    assert not (tmp_path / "studies").exists()
