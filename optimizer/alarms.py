@@ -144,6 +144,7 @@ class SlowContext:
     noise: float = NOISE_PRIOR
     pcie_only: bool = False
     same_tree_win: tuple[int, str, float] | None = None
+    nccl_untuned: bool = True  # the trial left NCCL's protocol and algorithm at their defaults
 
 
 def slower_than_baseline(
@@ -188,7 +189,7 @@ def slower_than_baseline(
             + f"the same tree with other settings measured {gain:+.1%} over the baseline (trial {number}: {config}).",
             f"keep this tree with trial {number}'s settings.",
         )
-    if ctx.pcie_only:
+    if ctx.pcie_only and ctx.nccl_untuned:
         return Alarm(
             "slower_than_baseline",
             f"Speculative decoding is slower than no speculation {where}.",
@@ -423,7 +424,9 @@ def slow_context(study: Any, frozen: Any, baseline: Any) -> SlowContext:
             gain = t.value / baseline.value - 1.0
             if gain > 2 * ctx_noise and (win is None or gain > win[2]):
                 win = (t.number, str(t.user_attrs.get(R.CONFIG) or ""), gain)
-    return SlowContext(noise=ctx_noise, pcie_only=pcie, same_tree_win=win)
+    env = frozen.user_attrs.get(R.ENV) or {}
+    untuned = not any(env.get(k) not in (None, "unset") for k in ("NCCL_PROTO", "NCCL_ALGO"))
+    return SlowContext(noise=ctx_noise, pcie_only=pcie, same_tree_win=win, nccl_untuned=untuned)
 
 
 def for_trial(

@@ -57,3 +57,10 @@ def test_pcie_only_names_the_settings(tmp_path):
     study = _study(tmp_path / "b", [({}, {}, 100.0), (SPEC, {}, 75.0)], noise=None, pcie=True)
     alarm = study_alarms(study)[1][0]
     assert "PCIe-only" in alarm.cause and "NCCL_PROTO" in alarm.fix
+
+
+def test_pcie_only_with_tuned_nccl_does_not_blame_untuned_nccl(tmp_path):
+    ll = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring"}
+    study = _study(tmp_path, [({}, {}, 100.0), (SPEC, ll, 90.0)], noise=None, pcie=True)
+    alarm = study_alarms(study)[1][0]
+    assert "untuned NCCL" not in alarm.cause and "drafting and verifying cost more" in alarm.cause
