@@ -153,19 +153,21 @@ def test_same_tree_with_settings_won_names_the_settings_not_the_tree(tmp_path, c
     study_file.write_text(
         "study: pcie\n"
         "initial:\n"
-        "  - {speculative-algorithm: EAGLE3, speculative-num-steps: 3, speculative-eagle-topk: 1,"
+        "  - {speculative-algorithm: EAGLE3, speculative-num-steps: 2, speculative-eagle-topk: 1,"
         " NCCL_PROTO: unset, NCCL_ALGO: unset}\n"
-        "  - {speculative-algorithm: EAGLE3, speculative-num-steps: 3, speculative-eagle-topk: 1,"
+        "  - {speculative-algorithm: EAGLE3, speculative-num-steps: 2, speculative-eagle-topk: 1,"
         " NCCL_PROTO: LL, NCCL_ALGO: Ring}\n"
     )
     args = _args(tmp_path, "pcie")[2:]  # the study's name comes from the file
+    args[args.index("--step-scale") + 1] = "1.0"  # the profile's own step time: the settings' effect in full
+    args[args.index("--max-tokens") + 1] = "64"
     assert cli.main(["optimize", "--config", str(study_file), *args, "--trials", "3", "--pruner", "none"]) == 0
     out = capsys.readouterr().out
     summary = json.loads((tmp_path / "studies/pcie/summary.json").read_text())
     slow = summary["alarms"]["1"][0]
     assert slow["kind"] == "slower_than_baseline"
     assert "the communication settings, not the drafter or the tree" in slow["cause"] and "PCIe-only" in slow["cause"]
-    assert "(trial 2: EAGLE3 s3 k1 d4 algo=Ring proto=LL)" in slow["cause"]
+    assert "(trial 2: EAGLE3 s2 k1 d3 algo=Ring proto=LL)" in slow["cause"]
     lines = out.rstrip().splitlines()
     assert max(i for i, x in enumerate(lines) if x.startswith("ALARM")) < lines.index(
         next(x for x in lines if x.startswith("answer: "))
