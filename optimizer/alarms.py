@@ -130,6 +130,23 @@ def greedy_unchecked(attrs: Mapping[str, Any], server_env: Mapping[str, Any] | N
     )
 
 
+#: Without a measured launch noise, relative differences up to twice this are not called slower (launches of one
+#: configuration differ by 0.8-2.7 % on one H200 machine, issue 15).
+NOISE_PRIOR = 0.015
+
+
+@dataclass(frozen=True)
+class SlowContext:
+    """What the study knows beyond one trial: the launch noise (one sigma, relative), whether the trial's host is
+    PCIe-only, and the best launch of the same tree with other settings that beat the baseline (number, config,
+    gain)."""
+
+    noise: float = NOISE_PRIOR
+    pcie_only: bool = False
+    same_tree_win: tuple[int, str, float] | None = None
+    nccl_untuned: bool = True  # the trial left NCCL's protocol and algorithm at their defaults
+
+
 def slower_than_baseline(
     flags: Mapping[str, Any],
     tok_per_s: float | None,
@@ -137,8 +154,12 @@ def slower_than_baseline(
     *,
     levels: Mapping[str, float] | None = None,
     baseline_levels: Mapping[str, float] | None = None,
+    context: SlowContext | None = None,
 ) -> Alarm | None:
-    """Slower than the baseline at every level measured by both (or overall, when no levels were measured)."""
+    """Slower than the baseline at every level measured by both (or overall, when no levels were measured), by more
+    than twice the launch noise. On a PCIe-only host where the same tree with other settings won, the settings are
+    named as the cause, not the drafter or the tree."""
+    ctx = context or SlowContext()
     if speculative(flags) is None:
         return None
     pairs: list[tuple[str, float, float]] = []
@@ -147,13 +168,37 @@ def slower_than_baseline(
         pairs = [(f"c{k}", mine[k], base[k]) for k in sorted(set(mine) & set(base), key=_level_key)]
     if not pairs and isinstance(tok_per_s, (int, float)) and isinstance(baseline_tok_per_s, (int, float)):
         pairs = [("", float(tok_per_s), float(baseline_tok_per_s))]
-    if not pairs or any(v >= b for _, v, b in pairs) or any(b <= 0 for _, _, b in pairs):
-        return None
+    if not pairs or any(b <= 0 for _, _, b in pairs) or any(v >= b * (1 - 2 * ctx.noise) for _, v, b in pairs):
+        return None  # not slower, or slower by less than the launches of one configuration differ
     where = (
         "at every concurrency level measured (" + ", ".join(f"{k}: {v / b - 1:+.1%}" for k, v, b in pairs) + ")"
         if pairs[0][0]
         else f"({pairs[0][1]:.1f} against {pairs[0][2]:.1f} tok/s, {pairs[0][1] / pairs[0][2] - 1:+.1%})"
     )
+    if ctx.same_tree_win is not None:
+        number, config, gain = ctx.same_tree_win
+        return Alarm(
+            "slower_than_baseline",
+            f"Speculative decoding is slower than no speculation {where}.",
+            "the communication settings, not the drafter or the tree: "
+            + (
+                "this host is PCIe-only (SGLang turned custom all-reduce off, NCCL carries every all-reduce) and "
+                if ctx.pcie_only
+                else ""
+            )
+            + f"the same tree with other settings measured {gain:+.1%} over the baseline (trial {number}: {config}).",
+            f"keep this tree with trial {number}'s settings.",
+        )
+    if ctx.pcie_only and ctx.nccl_untuned:
+        return Alarm(
+            "slower_than_baseline",
+            f"Speculative decoding is slower than no speculation {where}.",
+            "on this PCIe-only host SGLang turned custom all-reduce off and NCCL carries every all-reduce: untuned "
+            "NCCL settings can cost the verify step more than the accepted tokens save (or the drafter accepts "
+            "little).",
+            "search NCCL_PROTO and NCCL_ALGO (LL, Ring) for this tree before serving without speculation; check "
+            "the accept length.",
+        )
     return Alarm(
         "slower_than_baseline",
         f"Speculative decoding is slower than no speculation {where}.",
@@ -298,9 +343,10 @@ def trial_alarms(
     baseline_value: float | None = None,
     *,
     server_env: Mapping[str, Any] | None = None,
+    context: SlowContext | None = None,
 ) -> list[Alarm]:
     """Every alarm for one trial: ``value`` is its tok/s (None when it did not complete); ``server_env`` is the
-    study's server environment (``R.SERVER_ENV``)."""
+    study's server environment (``R.SERVER_ENV``); ``context`` what the study knows beyond it (noise, PCIe)."""
     if attrs.get(R.BASELINE):
         return changed_settings(attrs.get(CHANGES_ATTR))
     flags = attrs.get(R.FLAGS) or {}
@@ -310,7 +356,12 @@ def trial_alarms(
         low_accept(flags, attrs.get(R.ACCEPT_LENGTH)),
         greedy_mismatch(attrs.get(GREEDY_ATTR), base.get(GREEDY_ATTR)) if greedy_meaningful else None,
         slower_than_baseline(
-            flags, value, baseline_value, levels=attrs.get(R.LEVELS), baseline_levels=base.get(R.LEVELS)
+            flags,
+            value,
+            baseline_value,
+            levels=attrs.get(R.LEVELS),
+            baseline_levels=base.get(R.LEVELS),
+            context=context,
         ),
     ]
     out = [a for a in found if a is not None]
@@ -341,18 +392,54 @@ def study_alarms(study: Any) -> dict[int, list[Alarm]]:
         if not t.user_attrs.get(R.LAUNCHED):
             continue  # never ran (infeasible before launch, duplicate): nothing was measured
         value = t.value if t.state == TrialState.COMPLETE and t.user_attrs.get(R.OUTCOME) == R.COMPLETE else None
-        found = for_trial(t, base, value, server_env=study.user_attrs.get(R.SERVER_ENV))
+        found = for_trial(
+            t, base, value, server_env=study.user_attrs.get(R.SERVER_ENV), context=slow_context(study, t, base)
+        )
         if found:
             out[t.number] = found
     return out
 
 
+def slow_context(study: Any, frozen: Any, baseline: Any) -> SlowContext:
+    """The launch noise the study measured (else the prior), whether the trial's host is PCIe-only, and the best
+    completed launch of the same tree (algorithm, steps, topk, draft tokens) with other settings that beat the
+    baseline by more than the noise."""
+    from optuna.trial import TrialState
+
+    noise = study.user_attrs.get(R.LAUNCH_NOISE)
+    sigma = noise.get("sigma") if isinstance(noise, Mapping) else None
+    ctx_noise = float(sigma) if isinstance(sigma, (int, float)) and sigma > 0 else NOISE_PRIOR
+    facts = frozen.user_attrs.get(R.HOST_FACTS)
+    pcie = bool(isinstance(facts, Mapping) and facts.get(R.PCIE_ONLY))
+    flags = frozen.user_attrs.get(R.FLAGS) or {}
+    win = None
+    if baseline is not None and baseline.value and speculative(flags) is not None:
+        tree = (speculative(flags), *sgl.resolved_triple(flags))
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            other = t.user_attrs.get(R.FLAGS) or {}
+            if t.number == frozen.number or t.value is None or speculative(other) is None:
+                continue
+            if t.user_attrs.get(R.OUTCOME) != R.COMPLETE or (speculative(other), *sgl.resolved_triple(other)) != tree:
+                continue
+            gain = t.value / baseline.value - 1.0
+            if gain > 2 * ctx_noise and (win is None or gain > win[2]):
+                win = (t.number, str(t.user_attrs.get(R.CONFIG) or ""), gain)
+    env = frozen.user_attrs.get(R.ENV) or {}
+    untuned = not any(env.get(k) not in (None, "unset") for k in ("NCCL_PROTO", "NCCL_ALGO"))
+    return SlowContext(noise=ctx_noise, pcie_only=pcie, same_tree_win=win, nccl_untuned=untuned)
+
+
 def for_trial(
-    frozen: Any, baseline: Any, value: float | None = None, *, server_env: Mapping[str, Any] | None = None
+    frozen: Any,
+    baseline: Any,
+    value: float | None = None,
+    *,
+    server_env: Mapping[str, Any] | None = None,
+    context: SlowContext | None = None,
 ) -> list[Alarm]:
     base_value = baseline.value if baseline is not None else None
     base_attrs = baseline.user_attrs if baseline is not None else None
-    return trial_alarms(frozen.user_attrs, value, base_attrs, base_value, server_env=server_env)
+    return trial_alarms(frozen.user_attrs, value, base_attrs, base_value, server_env=server_env, context=context)
 
 
 def alarms_of(study: Any, frozen: Any) -> list[Alarm]:
@@ -362,8 +449,9 @@ def alarms_of(study: Any, frozen: Any) -> list[Alarm]:
     value = (
         frozen.value if frozen.state == TrialState.COMPLETE and frozen.user_attrs.get(R.OUTCOME) == R.COMPLETE else None
     )
+    base = _baseline(study.get_trials(deepcopy=False))
     return for_trial(
-        frozen, _baseline(study.get_trials(deepcopy=False)), value, server_env=study.user_attrs.get(R.SERVER_ENV)
+        frozen, base, value, server_env=study.user_attrs.get(R.SERVER_ENV), context=slow_context(study, frozen, base)
     )
 
 

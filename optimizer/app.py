@@ -58,6 +58,8 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
 
     space = load_space(cfg.space)
     hosts = read_hosts(cfg.hosts) if cfg.hosts else [local_host()]
+    for note in check_before_spending(cfg, space, hosts):
+        print(note)
     cfg.study_dir.mkdir(parents=True, exist_ok=True)
     from .study import claim_study
 
@@ -82,10 +84,55 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
 
     for line in terminal_lines(summary, study):
         print(line)
-    print_summary(summary)
+    refresh_views(study, cfg)
     if summary.get("best"):
         print(f"wrote {cfg.study_dir}/best.yaml, best.env and best.sh in {time.time() - t0:.0f} s")
-    return 130 if driver.stopping else 0
+    print_summary(summary)
+    if driver.halted:
+        print(f"error: {driver.halted}", file=sys.stderr)
+        return 1
+    if driver.stopping:
+        return 130
+    if summary.get("best") is None:
+        print("error: nothing was measured: no launch completed (see the reasons above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def refresh_views(study: optuna.Study, cfg: StudyConfig) -> None:
+    """After an export: the study's dashboard note, and a report already written, show the exported answer."""
+    from .notes import save_study_note
+
+    save_study_note(study)
+    report = cfg.study_dir / "report.html"
+    if report.exists():
+        from .report import write_report
+
+        write_report(study, report)
+        print(f"rewrote {report}")
+
+
+def check_before_spending(cfg: StudyConfig, space: Any, hosts: list) -> list[str]:
+    """Before the study is created or a launch spent: a resumed study must match (space, workload, server
+    command), and every host must reach the server command's program on a free port. Returns notes to print."""
+    from .preflight import check_hosts
+    from .study.matching import check_resume
+
+    for i, params in enumerate(cfg.initial):
+        for name, value in params.items():
+            p = space.params.get(name)
+            if p is None:
+                raise ConfigError(
+                    f"{name!r} is not a parameter of the space {cfg.space}; its parameters: {', '.join(space.params)}",
+                    key=f"initial[{i}].{name}",
+                )
+            choices = getattr(p, "choices", None)
+            if choices is not None and value not in choices:
+                raise ConfigError(f"{value!r} is not among the choices {choices}", key=f"initial[{i}].{name}")
+    notes = [f"warning: {w}" for w in getattr(space, "warnings", [])]
+    notes += check_resume(cfg, space)
+    check_hosts(cfg.server.command, hosts, cfg.study_dir)
+    return notes
 
 
 def make_executor(kind: str, hosts: list, cfg: StudyConfig, ray_address: str | None = None) -> Any:
@@ -119,6 +166,9 @@ def confirm(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None 
     study = open_existing(cfg)
     space = load_space(cfg.space)
     hosts = read_hosts(cfg.hosts) if cfg.hosts else [local_host()]
+    from .preflight import check_hosts
+
+    check_hosts(cfg.server.command, hosts, cfg.study_dir)
     for note in claim_study(cfg):
         print(note)
     ex = make_executor(executor, hosts, cfg, ray_address)
@@ -130,33 +180,33 @@ def confirm(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None 
         return 130
     finally:
         ex.shutdown()
-    print_summary(export_study(study, cfg.study_dir))
+    summary = export_study(study, cfg.study_dir)
+    refresh_views(study, cfg)
+    print_summary(summary)
     return 0
 
 
 def print_summary(summary: dict) -> None:
-    """The final lines: the best (confirmed when a confirmation ran), its interval and gain, and every alarm."""
-    best = summary.get("best")
-    conf = summary.get("confirmation")
-    if best and conf and conf.get("winner"):
-        w = conf["winner"]
-        ci = w.get("ci") or [None, None]
-        interval = f" (95% CI {ci[0]:.1f}-{ci[1]:.1f})" if None not in ci else ""
-        print(f"\nbest (confirmed): trial {best['trial']} {best['config']}: {w['tok_per_s']:.1f} tok/s{interval}")
-        for line in conf.get("verdict", [])[1:]:
-            print(f"  {line}")
-    elif best:
-        gain = best.get("gain_over_baseline")
-        print(
-            f"\nbest: trial {best['trial']} {best['config']}: {best['tok_per_s']:.1f} tok/s"
-            + (f" ({gain:+.1%} over the baseline)" if gain is not None else "")
-            + " (one launch, not confirmed)"
-        )
-    else:
-        print("no feasible trial yet")
-    for number, found in sorted((summary.get("alarms") or {}).items(), key=lambda kv: int(kv[0])):
-        for a in found:
-            print(f"ALARM trial {number} {a['kind']}: {a['seen']} Likely cause: {a['cause']} Fix: {a['fix']}")
+    """The final lines. Alarms come first: those on the answer and its equivalents in full, those on other
+    (discarded) trials as one line; the last lines are the answer, its interval and verdict, the equivalent
+    alternatives with their own verdicts, and the line that deploys it (``optimizer.answer``)."""
+    from .answer import answer_lines
+
+    ans = summary.get("answer")
+    shown = set() if not ans else {ans["trial"], *(a["trial"] for a in ans.get("alternatives") or [])}
+    print()
+    found = sorted((summary.get("alarms") or {}).items(), key=lambda kv: (int(kv[0]) in shown, int(kv[0])))
+    for number, alarms in found:  # trials not exported first: the answer's own alarms stay next to it
+        for a in alarms:
+            where = "" if int(number) in shown else " (a trial not exported)"
+            print(f"ALARM trial {number} {a['kind']}{where}: {a['seen']} Likely cause: {a['cause']} Fix: {a['fix']}")
+    if ans is None:
+        print("no feasible trial: nothing to deploy")
+        return
+    lines = answer_lines(ans, "")
+    lines[-1] = f"deploy: {ans['deploy']}"
+    for line in lines:
+        print(line)
 
 
 def dry_run(cfg: StudyConfig, *, boot_s: float | None = None, bench_s: float | None = None) -> int:
@@ -209,7 +259,7 @@ def print_table(study: optuna.Study) -> None:
                 "" if r["accept_length"] is None else f"{r['accept_length']:.2f}",
                 "" if r["boot_s"] is None else f"{r['boot_s']:.1f}",
                 r["host"],
-                str(r["reason"])[:80],
+                str(r["reason"]),  # folded by the table, never cut (a cut reason loses its flag)
             )
         Console(width=160).print(table)
     except ImportError:  # pragma: no cover

@@ -71,8 +71,13 @@ class Candidate:
 
     def short(self) -> str:
         """A one-line human description: ``EAGLE3 s2 k1 d3 LL/Ring`` or ``baseline``."""
+        env = _clean_env(self.env)
+        extras = [f"{k.removeprefix('NCCL_').lower()}={v}" for k, v in env.items()]
+        if self.flags.get("disable-custom-all-reduce"):
+            extras.append("no-car")
         if self.is_baseline:
-            head = "baseline"
+            # With other settings it is not the baseline (which runs every setting at its default).
+            head = "no-spec" if extras else "baseline"
         else:
             algo = sgl.algorithm(self.flags)
             if adaptive.effective(self.flags, algo):
@@ -82,8 +87,4 @@ class Candidate:
             else:
                 steps, topk, draft = sgl.resolved_triple(self.flags)
                 head = f"{algo} s{steps} k{topk} d{draft}"
-        env = _clean_env(self.env)
-        extras = [f"{k.removeprefix('NCCL_').lower()}={v}" for k, v in env.items()]
-        if self.flags.get("disable-custom-all-reduce"):
-            extras.append("no-car")
         return head + (" " + " ".join(extras) if extras else "")

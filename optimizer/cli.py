@@ -128,9 +128,19 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", help="hosts YAML (default: one local host)")
     p.add_argument("--trials", type=int, help="server launches to spend (a resumed study counts earlier ones)")
     p.add_argument("--time-budget", type=float, help="seconds after which no new trial starts")
-    p.add_argument("--sampler", choices=["structured", "tpe", "random", "tpe-plain"])
-    p.add_argument("--pruner", choices=["ratio", "wilcoxon", "median", "none"])
-    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--sampler",
+        choices=["structured", "tpe", "random", "tpe-plain"],
+        help="how the next launch is chosen: structured (default: a model of accept length and step time), tpe "
+        "(Optuna's TPE with the warm starts), random, or tpe-plain (TPE without them)",
+    )
+    p.add_argument(
+        "--pruner",
+        choices=["ratio", "wilcoxon", "median", "none"],
+        help="how a launch clearly worse than the best is stopped after a few chunks: ratio (default), wilcoxon, "
+        "median, or none (every launch measured in full)",
+    )
+    p.add_argument("--seed", type=int, help="the sampler's random seed (default 0): the same seed replays a study")
     p.add_argument(
         "--server-command",
         help="server command before the trial's flags, e.g. "
@@ -145,9 +155,14 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
         help="with several levels: the level to maximise (32), 'weighted' (mean tok/s) or 'gain' (mean gain over "
         "the baseline, level by level); default: the last level",
     )
-    p.add_argument("--max-tokens", type=int)
-    p.add_argument("--chunks", type=int)
-    p.add_argument("--requests-per-chunk", type=int)
+    p.add_argument("--max-tokens", type=int, help="output tokens per benchmark request")
+    p.add_argument(
+        "--chunks",
+        type=int,
+        help="benchmark chunks per load level (default 4): each chunk's tok/s is reported, so the pruner can stop "
+        "a launch after the first ones",
+    )
+    p.add_argument("--requests-per-chunk", type=int, help="benchmark requests in each chunk")
     p.add_argument("--prompts", help="'builtin', a JSONL file or a ShareGPT JSON file")
     p.add_argument("--boot-timeout", type=float, help="seconds before a silent boot counts as a hang")
     p.add_argument(

@@ -49,7 +49,8 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "study": study.study_name,
         "optimizer_version": __version__,
         "exported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "server_command": attrs.get(R.SERVER_COMMAND),
+        "server_command": (best.user_attrs.get(R.SERVER_COMMAND) if best is not None else None)
+        or attrs.get(R.SERVER_COMMAND),
         "space": attrs.get(R.SPACE),
         "workload": attrs.get(R.WORKLOAD),
         "trials": len(study.trials),
@@ -119,8 +120,21 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         what += f"; objective: {plan.describe()}"
     summary["best"]["config_file_refused"] = _write_config(out_dir, "best", study, best, what)
     summary["rows"] = summary_rows(study)
+    summary["answer"] = _answer(study, out_dir)
     write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _answer(study: optuna.Study, out_dir: Path) -> dict[str, Any] | None:
+    """The one answer (``optimizer.answer``) the terminal, the report and the study note show too."""
+    from .answer import deploy_command, study_answer
+
+    ans = study_answer(study)
+    if ans is None:
+        return None
+    ans = {k: v for k, v in ans.items() if k not in ("flags", "env")}  # in ``best``, secrets masked
+    ans["deploy"] = deploy_command(out_dir)
+    return ans
 
 
 def _write_config(
@@ -144,8 +158,17 @@ def _write_config(
     env_text += Candidate(env=redact_mapping(dict(cand.env))).env_exports()
     (out_dir / f"{stem}.env").write_text(env_text)
     script = out_dir / f"{stem}.sh"
+    pythons = study.user_attrs.get(R.HOST_PYTHON) or {}
     script.write_text(
-        launch_script(study.study_name, trial.number, study.user_attrs.get(R.SERVER_COMMAND), on_cli, stem=stem)
+        launch_script(
+            study.study_name,
+            trial.number,
+            trial.user_attrs.get(R.SERVER_COMMAND) or study.user_attrs.get(R.SERVER_COMMAND),
+            on_cli,
+            stem=stem,
+            python=pythons.get(str(trial.user_attrs.get(R.HOST))) if isinstance(pythons, dict) else None,
+            workload=study.user_attrs.get(R.WORKLOAD),
+        )
     )
     script.chmod(0o755)
     return sorted(on_cli)
@@ -164,26 +187,56 @@ def _server_env_block(server_env: dict[str, Any], trial_env: Any) -> str:
 
 
 def launch_script(
-    study: str, trial: int, server_command: str | None, on_cli: dict[str, Any], *, stem: str = "best"
+    study: str,
+    trial: int,
+    server_command: str | None,
+    on_cli: dict[str, Any],
+    *,
+    stem: str = "best",
+    python: str | None = None,
+    workload: Any = None,
 ) -> str:
     """``best.sh``: the study's server command with ``--config best.yaml`` and the flags the file cannot hold.
 
-    ``{python}`` in the study's server command becomes ``${PYTHON:-python3}``; arguments given to ``best.sh``
-    (``--port 30000``) are passed on and win over the file (SGLang puts the file's flags first).
+    ``{python}`` in the server command becomes the Python the trial's host ran it with (the hosts file's
+    ``python:``, the driver's own for a local host), overridable with ``PYTHON=``; where that Python is not there
+    the script says so and exits 127. The simulator also needs this project on ``PYTHONPATH``. Arguments given to
+    ``best.sh`` (``--port 30000``) are passed on and win over the file (SGLang puts the file's flags first).
     """
     words = shlex.split(server_command) if server_command else ["{python}", "-m", "sglang.launch_server"]
-    cmd = " ".join('"${PYTHON:-python3}"' if w == "{python}" else shlex.quote(w) for w in words)
+    cmd = " ".join('"$py"' if w == "{python}" else shlex.quote(w) for w in words)
     refused = Candidate(flags=on_cli).argv()
+    shown = ("prompts", "endpoint", "concurrency", "max_tokens", "temperature")
+    tuned = (
+        ", ".join(f"{k}={workload[k]}" for k in shown if workload.get(k) is not None)
+        if isinstance(workload, dict)
+        else ""
+    )
     lines = [
         "#!/usr/bin/env bash",
         f"# The best configuration of study {study!r} (trial {trial}), as measured: run it as is; arguments",
         f"# (e.g. --port 30000) are passed on. {stem}.yaml holds what SGLang's --config accepts and {stem}.env the",
         "# environment.",
+        f"# Tuned for the workload: {tuned or 'not recorded'}. Another load may have another best.",
     ]
     for name in on_cli:
         lines.append(f"# --{name} is on the command line: SGLang's --config refuses it ({config_file.refusal(name)}).")
+    lines.append('here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"')
+    if "{python}" in words:
+        default = python or "python3"
+        lines += [
+            "# The Python the study's host ran the server with (hosts file 'python:'); PYTHON=... overrides it.",
+            f'py="${{PYTHON:-{default}}}"',
+            'if ! command -v "$py" >/dev/null 2>&1; then',
+            f'  echo "{stem}.sh: the Python the study ran the server with ($py) is not on this machine; run it as'
+            f' PYTHON=/path/to/python bash $0" >&2',
+            "  exit 127",
+            "fi",
+        ]
+    if "optimizer.sim" in words:
+        root = shlex.quote(str(Path(__file__).resolve().parents[1]))
+        lines.append(f'export PYTHONPATH={root}"${{PYTHONPATH:+:$PYTHONPATH}}"  # the bundled simulator')
     lines += [
-        'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         f'source "$here/{stem}.env"',
         f'exec {cmd} --config "$here/{stem}.yaml"' + "".join(f" {shlex.quote(a)}" for a in refused) + ' "$@"',
         "",

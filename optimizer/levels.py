@@ -62,6 +62,8 @@ class LevelAnswer:
     baseline_tok_per_s: float | None
     measured: int  # trials with a complete, limit-meeting measurement at this level
     over_limit: int  # trials measured at this level that broke its latency limits
+    best_speculative: FrozenTrial | None = None  # the fastest speculative configuration at this level
+    speculative_tok_per_s: float | None = None
 
     @property
     def gain(self) -> float | None:
@@ -82,6 +84,13 @@ class LevelAnswer:
             return "no configuration measured at this level meets its limits" if self.over_limit else "not measured"
         if not self.speculation_wins:
             base = f" ({self.baseline_tok_per_s:.1f} tok/s)" if self.baseline_tok_per_s else ""
+            spec, v = self.best_speculative, self.speculative_tok_per_s
+            if spec is not None and v is not None and self.baseline_tok_per_s and v > self.baseline_tok_per_s:
+                return (
+                    f"serve without speculation at this load ({self.best.user_attrs.get(R.CONFIG)}); the best "
+                    f"speculative configuration, trial {spec.number}, measured {v:.1f} tok/s "
+                    f"({v / self.baseline_tok_per_s - 1:+.1%} over the baseline{base})"
+                )
             return f"no speculative configuration beats the baseline{base}: serve without speculation at this load"
         return ""
 
@@ -113,6 +122,8 @@ def level_answers(study: optuna.Study, plan: Plan) -> list[LevelAnswer]:
         best: FrozenTrial | None = None
         best_v = None
         base_v = None
+        spec: FrozenTrial | None = None
+        spec_v = None
         measured = over = 0
         for t in trials:
             m = trial_levels(t).get(c)
@@ -127,7 +138,9 @@ def level_answers(study: optuna.Study, plan: Plan) -> list[LevelAnswer]:
             measured += 1
             if best_v is None or v > best_v:
                 best, best_v = t, v
-        out.append(LevelAnswer(c, best, best_v, base_v, measured, over))
+            if (t.user_attrs.get(R.FLAGS) or {}).get("speculative-algorithm") and (spec_v is None or v > spec_v):
+                spec, spec_v = t, v
+        out.append(LevelAnswer(c, best, best_v, base_v, measured, over, spec, spec_v))
     return out
 
 

@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from .redact import redact_attrs, redact_log
 from .sglang.logs import BOOT_PHASE_NAMES
 from .study import records as R
-from .study.records import baseline_trial, best_trial, outcome
+from .study.records import baseline_trial, outcome
 
 ARTIFACT_DIR = "artifacts"
 DASHBOARD_ARTIFACT_PREFIX = "dashboard:artifacts:"  # optuna-dashboard's study-level key for trial artifacts
@@ -95,9 +95,14 @@ def _code(text: str, lang: str = "text") -> list[str]:
 _REQUEST_LINE = re.compile(r'"(?:GET|POST|PUT|DELETE|HEAD) [^"]*HTTP/[0-9.]+" \d{3}')
 
 
+#: Terminal colour and cursor sequences (SGLang and uvicorn colour their logs): markdown shows them raw.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
 def tidy_tail(text: str, limit: int = LOG_TAIL_CHARS) -> str:
-    """The end of a server log for a note: no cut-off first line, runs of HTTP access lines collapsed."""
-    text = text[-limit:]
+    """The end of a server log for a note: no terminal escapes, no cut-off first line, runs of HTTP access lines
+    collapsed."""
+    text = _ANSI.sub("", text)[-limit:]
     if len(text) >= limit and "\n" in text:
         text = text.split("\n", 1)[1]  # the first line was cut by the driver's truncation
     out: list[str] = []
@@ -265,17 +270,29 @@ def study_note_markdown(study: optuna.Study) -> str:
     bt = baseline_trial(study)
     if base is None and bt is not None:
         base = bt.value
-    best = best_trial(study)
-    if best is not None:
-        gain = f", {best.value / base - 1:+.1%} against the baseline" if base else ""
-        lines += [
-            f"**Best:** trial {best.number}, {best.user_attrs.get(R.CONFIG, '')}: **{best.value:.1f} tok/s**{gain}",
-            "",
-        ]
-        flags = redact_attrs(best.user_attrs.get(R.FLAGS) or {})
-        if flags:
+    from .answer import badge_note, headline, study_answer
+
+    ans = study_answer(study)
+    if ans is not None:
+        lines += [f"**{headline(ans).replace('answer:', 'Answer:', 1)}**", "", f"{ans['verdict']}.", ""]
+        for a in ans["alternatives"]:
+            ci = a.get("ci") or [None, None]
+            interval = f" (95% CI {ci[0]:.1f}-{ci[1]:.1f})" if None not in ci else ""
+            lines += [
+                f"- equivalent: trial {a['trial']} {a['config']}: {a['tok_per_s']:.1f} tok/s{interval}; {a['verdict']}"
+            ]
+        lines += ([""] if ans["alternatives"] else []) + [f"Why trial {ans['trial']}: {ans['why']}.", ""]
+        badge = badge_note(ans)
+        if badge:
+            lines += [f"*{badge}*", ""]
+        flags = redact_attrs(ans["flags"])
+        env = redact_attrs(ans["env"])
+        if flags or env:
             lines += _code(
-                " ".join(f"--{k} {v}" if not str(k).startswith("-") else f"{k} {v}" for k, v in flags.items()), "bash"
+                " ".join(f"{k}={v}" for k, v in env.items())
+                + (" " if env else "")
+                + " ".join(f"--{k} {v}" if not str(k).startswith("-") else f"{k} {v}" for k, v in flags.items()),
+                "bash",
             )
     else:
         lines += ["No feasible trial yet.", ""]

@@ -34,7 +34,9 @@ GREEDY_PREFIX_CHARS = 120
 HOST_COMMAND = (
     "nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 16; echo '@@';"
     " grep -m1 'model name' /proc/cpuinfo 2>/dev/null; echo '@@'; cat /proc/loadavg 2>/dev/null; echo '@@';"
-    " nproc 2>/dev/null"
+    # The machine's cores, not this process's: nproc reports the CPU affinity, which Ray narrows for its actors
+    # (a 2-core machine read as 1 core); getconf and /proc/cpuinfo count the machine's.
+    " getconf _NPROCESSORS_ONLN 2>/dev/null || grep -c ^processor /proc/cpuinfo 2>/dev/null"
 )
 NCCL_RE = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 

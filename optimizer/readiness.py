@@ -7,6 +7,7 @@ nothing). The log is read incrementally, so the cost per poll does not grow with
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,8 +121,9 @@ def wait_ready(
             rc = server.returncode()
             if rc is not None:
                 watcher.poll()
-                kind, line = watcher.fatal or ("crash", f"server exited with status {rc} before it was ready")
-                raise BootError(_reason(kind, line, rc), kind=kind, log_tail=log_tail(server.log_path))
+                tail = log_tail(server.log_path)
+                kind, line = watcher.fatal or ("crash", _exit_line(rc, tail))
+                raise BootError(_reason(kind, line, rc), kind=kind, log_tail=tail)
             if watcher.fatal is not None:
                 if fatal_at is None:
                     fatal_at = time.time()
@@ -168,4 +170,30 @@ def wait_ready(
 
 def _reason(kind: str, line: str, rc: int | None) -> str:
     tail = f" (exit status {rc})" if rc is not None and "exit" not in line else ""
-    return f"{kind}: {line[:400]}{tail}"
+    return f"{kind}: {clip(line, 600)}{tail}"
+
+
+#: Words of a log line that say what went wrong, for a server that exited without one of SGLang's fatal lines.
+_ERROR_WORDS = re.compile(r"Error|error:|No module named|not found|No such file|Errno|Exception|refused|denied")
+
+
+def failing_line(tail: str) -> str:
+    """The line of a log tail that says why the process ended: the last one naming an error, else the last line."""
+    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if _ERROR_WORDS.search(ln):
+            return ln
+    return lines[-1] if lines else ""
+
+
+def _exit_line(rc: int, tail: str) -> str:
+    line = failing_line(tail)
+    return f"server exited with status {rc} before it was ready" + (f": {clip(line, 300)}" if line else "")
+
+
+def clip(text: str, limit: int) -> str:
+    """At most ``limit`` characters, cut at a word boundary (never mid-flag) and marked with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return (cut if len(cut) > limit // 2 else text[:limit]) + " …"

@@ -22,8 +22,9 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
 from .notes import boot_rows, outcome, redact_attrs
+from .readiness import clip
 from .study import records as R
-from .study.records import baseline_trial, best_trial, feasible
+from .study.records import baseline_trial, feasible
 
 STEPS, TOPK = "speculative-num-steps", "speculative-eagle-topk"
 OUTCOME_COLORS = {
@@ -429,40 +430,60 @@ def _num(v: Any, fmt: str = "{:.1f}") -> str:
 
 
 def _header(study: optuna.Study) -> str:
+    """The headline cards: the exported answer (``optimizer.answer``), as the terminal and the study note show it."""
+    from .answer import badge_note, gain_verdict, study_answer
+
     trials = study.get_trials(deepcopy=False)
-    best = best_trial(study)
+    ans = study_answer(study)
     base = _baseline_value(study)
     counts: dict[str, int] = {}
     for t in trials:
         counts[outcome(t)] = counts.get(outcome(t), 0) + 1
     cards = []
-    if best is not None:
+    if ans is not None:
+        how = f"confirmed, {ans['launches']} launches" if ans["confirmed"] else "one launch, not confirmed"
+        ci = ans.get("ci") or [None, None]
+        interval = f"<br><span style='font-size:13px'>95% CI {ci[0]:.1f}-{ci[1]:.1f}</span>" if None not in ci else ""
+        cards.append(("answer (exported)", html.escape(f"trial {ans['trial']}: {ans['config'] or ''}"), "small"))
         cards.append(
-            ("best configuration", html.escape(str(best.user_attrs.get(R.CONFIG) or f"trial {best.number}")), "small")
+            (
+                "answer tok/s",
+                f"{ans['tok_per_s']:.1f} <span style='font-size:13px'>(trial {ans['trial']}, {how})</span>{interval}",
+                "",
+            )
         )
-        cards.append(("best tok/s", f"{best.value:.1f} <span style='font-size:13px'>(trial {best.number})</span>", ""))
-        if base:
-            gain = best.value / base - 1
-            cls = "gain" if gain >= 0 else "loss"
-            cards.append(("gain over baseline", f"<span class='{cls}'>{gain:+.1%}</span>", ""))
+        if ans.get("gain") is not None:
+            cls = "gain" if ans["gain"] >= 0 else "loss"
+            cards.append(("gain over baseline", f"<span class='{cls}'>{ans['gain']:+.1%}</span>", ""))
     else:
-        cards.append(("best configuration", "no feasible trial yet", "small"))
+        cards.append(("answer (exported)", "no feasible trial yet", "small"))
     cards.append(("baseline tok/s", f"{base:.1f}" if base else "not measured", ""))
     cards.append(("trials", " ".join(f"{_pill(k)}&nbsp;{n}" for k, n in sorted(counts.items())) or "none", "small"))
     launched = sum(1 for t in trials if t.user_attrs.get(R.LAUNCHED))
     cards.append(("server launches", str(launched), ""))
     body = "".join(f"<div class='card'><div class='k'>{k}</div><div class='v {c}'>{v}</div></div>" for k, v, c in cards)
-    flags = ""
-    if best is not None and best.user_attrs.get(R.FLAGS):
-        f = redact_attrs(best.user_attrs[R.FLAGS])
-        env = redact_attrs(best.user_attrs.get(R.ENV) or {})
+    extra = ""
+    if ans is not None:
+        items = [f"<li>{html.escape(ans['verdict'])}</li>"]
+        items += [
+            f"<li>equivalent: trial {a['trial']} {html.escape(str(a['config']))}: {a['tok_per_s']:.1f} tok/s; "
+            f"{html.escape(gain_verdict(a['gain'], a['gain_ci'], confirmed=True))}</li>"
+            for a in ans["alternatives"]
+        ]
+        items.append(f"<li>why trial {ans['trial']}: {html.escape(ans['why'])}</li>")
+        if badge_note(ans):
+            items.append(f"<li>{html.escape(badge_note(ans) or '')}</li>")
+        extra = f"<ul class='answer'>{''.join(items)}</ul>"
+        f = redact_attrs(ans["flags"])
+        env = redact_attrs(ans["env"])
         line = (
             " ".join(f"{k}={v}" for k, v in env.items())
             + (" " if env else "")
             + " ".join(f"--{k} {v}" for k, v in f.items())
         )
-        flags = f"<p>Best launch: <code>{html.escape(line)}</code></p>"
-    return f"<div class='cards'>{body}</div>{flags}"
+        if line.strip():
+            extra += f"<p>Answer's launch: <code>{html.escape(line)}</code></p>"
+    return f"<div class='cards'>{body}</div>{extra}"
 
 
 def _table(study: optuna.Study) -> str:
@@ -499,7 +520,7 @@ def _table(study: optuna.Study) -> str:
             _num(ua.get("itl_ms_p50"), "{:.2f}"),
             _num(ua.get(R.BOOT_S)),
             html.escape(str(ua.get(R.HOST, ""))),
-            html.escape(str(reason)[:160]),
+            html.escape(clip(str(reason), 300)),
         ]
         rows.append(
             "<tr>"

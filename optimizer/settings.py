@@ -161,6 +161,14 @@ class StudyConfig(_Strict):
                     )
         return v
 
+    @field_validator("study")
+    @classmethod
+    def _one_path_component(cls, v: str) -> str:
+        # The name is a directory under studies_dir: '.' or '..' would write the study's files elsewhere.
+        if v.strip(".") == "":
+            raise ValueError(f"{v!r} is not a study name: use letters, digits, '_', '-' or '.' (not only dots)")
+        return v
+
     def plan(self) -> Plan:
         return Plan(self.workload.levels, self.objective, self.limits, self.workload.chunks)
 
@@ -231,7 +239,13 @@ def load_study(path: str | Path | None, overrides: dict[str, Any] | None = None)
             raise ConfigError(f"cannot be read ({exc})", file=source) from None
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError("must be a YAML mapping", file=source)
-        data = loaded or {}
+        if not loaded:
+            raise ConfigError(
+                "is empty: a study file names at least its study (study: NAME) and usually its space",
+                file=source,
+                key="study",
+            )
+        data = loaded
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue

@@ -171,7 +171,9 @@ class SearchSpace:
             }
         self._when = {}
         self._constraints = []
+        self.warnings: list[str] = []  # names not in SGLang's flag table and not near one (see sglang.server_flags)
         self._validate()
+        self._check_sglang_names()
 
     def _has_spec_params(self) -> bool:
         return any(k.startswith("speculative-") for k in self.params)
@@ -254,6 +256,28 @@ class SearchSpace:
                 )
             self._constraints.append((text, tree))
 
+    def _check_sglang_names(self) -> None:
+        """Every flag name against SGLang's flag table, every value against its allowed set (NCCL's included)."""
+        from .sglang import server_flags
+
+        named = [(f"fixed.{k}", k) for k in self.model.fixed]
+        named += [(f"parameters.{k}", k) for k in self.params if FLAG_NAME.match(k)]
+        for key, name in named:
+            error, warning = server_flags.check_flag_name(name)
+            if error:
+                raise self._err(key, error)
+            if warning:
+                self.warnings.append(f"{self.source}: {key}: {warning}")
+        values = [(f"fixed.{k}", k, v) for k, v in self.model.fixed.items()]
+        values += [(f"env.{k}", k, v) for k, v in self.model.env.items()]
+        for name, p in self.params.items():
+            for i, v in enumerate(p.values() if isinstance(p, CategoricalParam) else []):
+                values.append((f"parameters.{name}.choices[{i}]", name, v))
+        for key, name, value in values:
+            error = server_flags.check_value(name, value)
+            if error:
+                raise self._err(key, error)
+
     # ----------------------------------------------------------------- sampling
     def _active(self, name: str, values: Mapping[str, Any]) -> bool:
         if name != sgl.ALGO and name.startswith("speculative-"):
@@ -319,6 +343,12 @@ class SearchSpace:
 
     def baseline(self) -> Candidate:
         return self.candidate(self.baseline_params())
+
+    def is_baseline(self, cand: Candidate) -> bool:
+        """The baseline is no speculation with every other setting at its default: a launch without speculation
+        but with other settings (NCCL, custom all-reduce) is a configuration like any other, scored against it."""
+        arch = self.model.architecture
+        return cand.is_baseline and cand.key(architecture=arch) == self.baseline().key(architecture=arch)
 
     def baseline_params(self) -> dict[str, Any]:
         """Parameter values of the baseline trial: no speculation, every other parameter at its default (NCCL
@@ -420,6 +450,10 @@ class SearchSpace:
 
 
 def parse_space(data: Any, source: str = "<space>") -> SearchSpace:
+    if data is None or data == {}:
+        raise ConfigError(
+            "is empty: a space needs its parameters (and usually fixed flags)", file=source, key="parameters"
+        )
     if not isinstance(data, dict):
         raise ConfigError(
             "must be a YAML mapping with keys name, fixed, env, parameters, constraints, baseline", file=source
@@ -446,9 +480,25 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return sorted(set(IntParam.model_fields) | set(FloatParam.model_fields) | set(CategoricalParam.model_fields))
 
 
+#: The project's own spaces, found from any working directory (``search_spaces/demo.yaml`` is the default).
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_space_path(path: str | Path) -> Path:
+    """A relative path that is not there is looked up in the project (``search_spaces/demo.yaml`` from another
+    directory) and then among the project's spaces by file name."""
+    p = Path(path)
+    if p.exists() or p.is_absolute():
+        return p
+    for candidate in (PROJECT_ROOT / p, PROJECT_ROOT / "search_spaces" / p.name):
+        if candidate.exists():
+            return candidate
+    return p
+
+
 def load_space(path: str | Path) -> SearchSpace:
     """Load a search-space YAML file; every problem is a ConfigError naming the file and key."""
-    p = Path(path)
+    p = resolve_space_path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:

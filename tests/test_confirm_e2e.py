@@ -73,7 +73,7 @@ def test_significant_gain_through_the_confirm_command(tmp_path, capsys):
     args = ["--config", str(path), "--executor", "thread", "--plain"]
     assert cli.main(["optimize", *args, "--confirm-rounds", "0"]) == 0
     first = capsys.readouterr().out
-    assert "(one launch, not confirmed)" in first
+    assert "one launch, not confirmed" in first and first.rstrip().splitlines()[-1].startswith("deploy: bash ")
     study = load(tmp_path)
     launched = sum(1 for t in study.trials if t.user_attrs.get("launched"))
     assert cli.main(["confirm", *args, "--confirm-rounds", "3"]) == 0
@@ -100,7 +100,7 @@ def test_significant_gain_through_the_confirm_command(tmp_path, capsys):
     assert s["best"]["confirmed"] is True and s["best"]["trial"] == 1 and s["best"]["launches"] == 3
     assert s["best"]["ci"][0] < s["best"]["tok_per_s"] < s["best"]["ci"][1]
     assert isinstance(s["launch_noise"]["sigma"], float) and s["launch_noise"]["df"] == 4
-    assert "best (confirmed): trial 1 EAGLE3 s3 k1 d4" in out and "95% CI" in out
+    assert "answer: trial 1 EAGLE3 s3 k1 d4" in out and "confirmed over 3 launches" in out and "95% CI" in out
     assert "gain over the baseline +" in out and "no significant gain" not in out
     assert "confirmation: 6 launches (3 rounds of baseline, trial 1), outside the study's launch budget" in out
     best = (tmp_path / "studies" / "confirm" / "best.yaml").read_text()

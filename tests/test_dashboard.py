@@ -117,7 +117,7 @@ def test_api_serves_trials_notes_attributes_and_artifacts(dashboard: tuple[str, 
     assert "tree of 4^5 nodes" in trials[6]["note"]["body"]
     for t in trials.values():
         assert SECRET not in t["note"]["body"]
-    assert "**Best:** trial 3" in detail["note"]["body"]  # the study's note
+    assert "**Answer: trial 3 " in detail["note"]["body"]  # the study's note: the exported answer
 
     # artifacts: server log (redacted) and benchmark records, downloadable from the dashboard
     names = {a["filename"]: a for a in trials[1]["artifacts"]}

@@ -201,7 +201,9 @@ def test_ctrl_c_stops_gracefully(tmp_path, phase):
     if phase == "booting":
         return
     # storage is consistent: the same command resumes and finishes the study
-    done = Run(optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 3), tmp_path / "resume.log")
+    done = Run(
+        optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 3, extra=LONGER), tmp_path / "resume.log"
+    )
     assert done.wait(120) == 0, done.text()[-3000:]
     trials = load_trials(journal, study)
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
@@ -226,7 +228,9 @@ def test_second_ctrl_c_forces(tmp_path):
     assert "Traceback" not in text, text[-3000:]
     assert not left
     # whatever the forced stop left RUNNING is resumed by the next run
-    done = Run(optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 3), tmp_path / "resume.log")
+    done = Run(
+        optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 3, extra=LONGER), tmp_path / "resume.log"
+    )
     assert done.wait(120) == 0, done.text()[-3000:]
     assert not [t for t in load_trials(journal, study) if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
@@ -252,7 +256,10 @@ def test_second_driver_on_a_live_study_is_refused(tmp_path):
     first, journal = _start(tmp_path, study, trials=2)
     try:
         assert first.wait_for("trial 0: starting", 1, 30), first.text()[-2000:]
-        second = Run(optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 2), tmp_path / "second.log")
+        second = Run(
+            optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 2, extra=LONGER),
+            tmp_path / "second.log",
+        )
         rc = second.wait(60)
         assert rc == 1 and "being run by another driver" in second.text(), (rc, second.text()[-2000:])
         assert "Traceback" not in second.text()

@@ -25,6 +25,7 @@ from ..events import ChunkEvent, PhaseEvent, TrialResult
 from ..executors import Executor
 from ..hosts.config import HostConfig
 from ..progress import Progress
+from ..redact import redact_text
 from ..settings import StudyConfig
 from ..space import SearchSpace
 from ..trial import TrialSpec
@@ -62,6 +63,8 @@ class Driver:
         self.active: dict[int, Active] = {}
         self.t0 = time.time()
         self.stopping = False
+        self.command_text = redact_text(" ".join(cfg.server.command))  # recorded on each launch: what it ran
+        self.halted: str | None = None  # why the study stopped itself (a failed baseline, no usable host)
         self.interrupts = 0
         self.idle_asks = 0
         self.search_settled = False  # the structured sampler is confident: no more launches
@@ -112,6 +115,12 @@ class Driver:
     def prepare(self) -> None:
         """Resume what a dead run left: its RUNNING trials are re-queued, its servers stopped."""
         stamp(self.study, self.cfg)
+        if R.SPACE_PARAMS not in self.study.user_attrs:
+            from .matching import space_record
+
+            self.study.set_user_attr(R.SPACE_PARAMS, space_record(self.space))
+        pythons = dict(self.study.user_attrs.get(R.HOST_PYTHON) or {})
+        self.study.set_user_attr(R.HOST_PYTHON, {**pythons, **{h.name: h.python for h in self.hosts}})
         requeued = requeue_interrupted(self.study, skip=self.active)
         if requeued:
             self.note(f"resumed: {requeued} interrupted trial(s) re-queued")
@@ -148,6 +157,7 @@ class Driver:
                 break
             if not self.active and self.pending and not self.pool.free():
                 self.note("every host is quarantined: stopping")
+                self.halted = "every host is quarantined (host faults: see the notes above)"
                 for a in self.pending:
                     self.record.fail(a, "no usable host left (all quarantined)")
                 self.pending.clear()
@@ -188,6 +198,7 @@ class Driver:
             host = self.pool.assign(a)
             self.active[a.trial.number] = a
             a.trial.set_user_attr(R.HOST, host)
+            a.trial.set_user_attr(R.SERVER_COMMAND, self.command_text)
             self.executor.submit(host, a.spec)
 
     # ------------------------------------------------------------------ stopping
@@ -235,6 +246,8 @@ class Driver:
             return None
         if self.cfg.dedup:
             done = R.measured_keys(self.study).get(key)
+            if done is not None and done.user_attrs.get(R.SERVER_COMMAND) not in (None, self.command_text):
+                done = None  # measured with another server command (since fixed): not a duplicate of this launch
             if done is not None:
                 self.record.duplicate(a, done)
                 self.idle_asks += 1
@@ -261,7 +274,7 @@ class Driver:
             poll_s=server.poll_s,
             stop_timeout_s=server.stop_timeout_s,
             study=self.cfg.study,
-            protected=cand.is_baseline,
+            protected=cand.is_baseline,  # no speculation: never pruned (the baseline, and the space's 'none')
             level_order=self.plan.order(),
             interleave=self.plan.interleave,
         )
@@ -315,3 +328,9 @@ class Driver:
         if r.metrics:
             self.bench_times.append(max(0.0, r.t_end - r.t_start - (r.boot_s or 0.0)))
         self.record.result(a, r)
+        if a.trial.user_attrs.get(R.BASELINE) and r.status in ("infeasible", "failed") and not self.stopping:
+            # Every other launch would fail the same way (the command, the model path, a fixed flag): stop now.
+            self.halted = f"the baseline (trial {r.trial}) failed: {r.reason or r.status}"
+            self.stopping = True
+            self.note(f"{self.halted}; stopping before more launches are spent (fix it and run again to resume)")
+            self.executor.cancel_all()

@@ -51,7 +51,7 @@ class Recorder:
         trial.set_user_attr(R.CANDIDATE_KEY, key)
         trial.set_user_attr(R.FLAGS, redact_mapping(dict(cand.flags)))
         trial.set_user_attr(R.ENV, redact_mapping(dict(cand.env)))
-        if cand.is_baseline:
+        if space.is_baseline(cand):
             trial.set_user_attr(R.BASELINE, True)
 
     # ------------------------------------------------------------------ results
@@ -61,7 +61,8 @@ class Recorder:
         if r.status == "complete":
             # The objective (one level's tok/s or an aggregate) and the latency limits, from the per-level figures.
             base = baseline_levels(self.study) if self.plan.objective.aggregate == "gain" else None
-            judged = judge(r.metrics or {}, self.plan, base, is_baseline=a.spec.protected)
+            is_baseline = bool(a.trial.user_attrs.get(R.BASELINE))  # the untuned launch, not any without speculation
+            judged = judge(r.metrics or {}, self.plan, base, is_baseline=is_baseline)
             for k, v in judged.flat.items():
                 a.trial.set_user_attr(k, v)
             value = float(judged.value if judged.value is not None else r.metrics.get(R.TOK_PER_S) or 0.0)
@@ -70,7 +71,7 @@ class Recorder:
                 a.trial.set_constraint(name, v)
                 a.trial.set_user_attr(R.constraint_attr(name), v)
             self.study.tell(a.trial, value)
-            if a.spec.protected and not self.study.user_attrs.get(R.BASELINE_TOK_PER_S):
+            if is_baseline and not self.study.user_attrs.get(R.BASELINE_TOK_PER_S):
                 self.study.set_user_attr(R.BASELINE_TOK_PER_S, value)
                 self.study.set_user_attr(R.BASELINE_TRIAL, a.trial.number)
         elif r.status == "pruned":

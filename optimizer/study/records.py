@@ -60,11 +60,13 @@ INTERRUPTED = "interrupted"
 
 # ---------------------------------------------------------------------- study user attributes
 OPTIMIZER_VERSION = "optimizer_version"
-SERVER_COMMAND = "server_command"
+SERVER_COMMAND = "server_command"  # also on each launched trial: the command it ran (exports use what ran)
 # server.env of the study file (secret-named values masked), rewritten on every run: every trial ran with it, so
 # best.env carries it too.
 SERVER_ENV = "server_env"
 SPACE = "space"
+SPACE_PARAMS = "space_params"  # the space's parameters as Optuna distributions: a resumed study must search the same
+HOST_PYTHON = "host_python"  # host name -> the Python that ran {python} there (best.sh runs the same)
 WORKLOAD = "workload"
 CREATED = "created"
 BASELINE_TOK_PER_S = "baseline_tok_per_s"

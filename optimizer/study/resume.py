@@ -40,9 +40,13 @@ def requeue_interrupted(study: optuna.Study, *, skip: Container[int] = ()) -> in
 
 def reap_orphans(executor: Any, note: Callable[[str], None]) -> None:
     """Stop the servers a previous run left on the hosts."""
-    for host, pgids in executor.reap_orphans().items():
+    for host, found in executor.reap_orphans().items():
+        pgids = [p for p in found if isinstance(p, int)]
+        errors = [p for p in found if not isinstance(p, int)]
         if pgids:
             note(f"[{host}] stopped {len(pgids)} server(s) left by a previous run: {pgids}")
+        for e in errors:  # the executors report a host they could not ask as "error: ..."
+            note(f"[{host}] could not look for servers left by a previous run: {str(e).removeprefix('error: ')}")
 
 
 class WarmStart:
@@ -55,7 +59,10 @@ class WarmStart:
         self.cfg = cfg
         self.space = space
         trials = study.get_trials(deepcopy=False)
-        has_baseline = any(t.user_attrs.get(R.BASELINE) and t.state != TrialState.FAIL for t in trials)
+        # A baseline that could not run (a broken server command, since fixed) is measured again.
+        has_baseline = R.baseline_trial(study) is not None or any(
+            t.user_attrs.get(R.BASELINE) and t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials
+        )
         self.baseline_due = space.model.baseline and not has_baseline
         self.warm_due = not trials
         if not self.baseline_due:
