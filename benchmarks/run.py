@@ -72,7 +72,13 @@ def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
     out = compare(seeds=args.seeds, log=log, strategies=tuple(chosen or STRATEGIES))
     fam = tuple(s for s in (chosen or FAMILY_STRATEGIES) if s != "grid")
     out["families"] = []
+    wanted = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
+    unknown = set(wanted or ()) - {f.name for f in FAMILIES} - {"none"}
+    if unknown:
+        raise SystemExit(f"unknown families {sorted(unknown)}; known: {', '.join(f.name for f in FAMILIES)}")
     for family in FAMILIES:
+        if wanted is not None and family.name not in wanted:
+            continue
         seeds, landscape_fn = family.load()
         out["families"].append(compare_family(family.name, seeds, log=log, strategies=fam, landscape_fn=landscape_fn))
     return out
@@ -327,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the default sampler's restarts on the scenarios and every family, fewer seeds (writes quick.json)",
     )
     ap.add_argument("--strategies", default="", help="strategies section: a comma list (default: all of them)")
+    ap.add_argument(
+        "--families", default="", help="strategies section: a comma list of FAMILIES' names, or none (default: all)"
+    )
     ap.add_argument("--accuracy-seconds", type=float, default=10.0)
     ap.add_argument("--e2e-seeds", type=int, default=2)
     ap.add_argument("--host-seeds", type=int, default=10)
