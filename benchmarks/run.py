@@ -266,10 +266,11 @@ def print_table(results: dict[str, Any]) -> None:
                     f"{v['restarts_p90']:7.1f} {v['reached']:>4d}/{s['seeds']:<3d} {v['wall_h_median']:7.1f} "
                     f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d}"
                 )
-            grid = row["strategies"].get("grid", {})
+            grid = row["strategies"].get("grid")
             log(
                 f"{'':28s} optimum {row['optimum_tok_per_s']:.1f} tok/s ({row['optimum_config']}), "
-                f"baseline {row['baseline_tok_per_s']:.1f}; full grid {grid.get('full_grid_wall_h', float('nan')):.0f} h"
+                f"baseline {row['baseline_tok_per_s']:.1f}"
+                + (f"; full grid {grid['full_grid_wall_h']:.0f} h" if grid else "")
             )
         for fam in s.get("families", []):
             label = f"{fam['name']} family ({len(fam['landscapes'])})"
