@@ -54,7 +54,8 @@ class Family:
         return tuple(getattr(mod, self.seeds)), mod.landscape
 
 
-#: The families the strategies section (and --quick) reports, in this order; one line adds one.
+#: The families the strategies section (and --quick) reports, in this order; one line adds one, e.g.
+#: ``Family("out-of-family", "benchmarks.landscapes_ood", "HELD_OUT")``.
 FAMILIES = (
     Family("tuning", "benchmarks.landscapes", "TUNING"),
     Family("held-out", "benchmarks.landscapes", "HELD_OUT"),
