@@ -55,7 +55,8 @@ class Family:
         return tuple(getattr(mod, self.seeds)), mod.landscape
 
 
-#: The families the strategies section (and --quick) reports, in this order; one line adds one.
+#: The families the strategies section (and --quick) reports, in this order; one line adds one, e.g.
+#: ``Family("out-of-family", "benchmarks.landscapes_ood", "HELD_OUT")``.
 FAMILIES = (
     Family("tuning", "benchmarks.landscapes", "TUNING"),
     Family("held-out", "benchmarks.landscapes", "HELD_OUT"),
@@ -76,7 +77,13 @@ def section_strategies(args: argparse.Namespace) -> dict[str, Any]:
     out = compare(seeds=args.seeds, log=log, strategies=tuple(chosen or STRATEGIES))
     fam = tuple(s for s in (chosen or FAMILY_STRATEGIES) if s != "grid")
     out["families"] = []
+    wanted = [f.strip() for f in args.families.split(",") if f.strip()] if args.families else None
+    unknown = set(wanted or ()) - {f.name for f in FAMILIES} - {"none"}
+    if unknown:
+        raise SystemExit(f"unknown families {sorted(unknown)}; known: {', '.join(f.name for f in FAMILIES)}")
     for family in FAMILIES:
+        if wanted is not None and family.name not in wanted:
+            continue
         seeds, landscape_fn = family.load()
         out["families"].append(compare_family(family.name, seeds, log=log, strategies=fam, landscape_fn=landscape_fn))
     return out
@@ -273,10 +280,11 @@ def print_table(results: dict[str, Any]) -> None:
                     f"{v['prune_saving_mean']:11.0%} {v['optimum_pruned_runs']:>10d} "
                     f"{v.get('streak_share_mean', 0.0):10.1%}"
                 )
-            grid = row["strategies"].get("grid", {})
+            grid = row["strategies"].get("grid")
             log(
                 f"{'':28s} optimum {row['optimum_tok_per_s']:.1f} tok/s ({row['optimum_config']}), "
-                f"baseline {row['baseline_tok_per_s']:.1f}; full grid {grid.get('full_grid_wall_h', float('nan')):.0f} h"
+                f"baseline {row['baseline_tok_per_s']:.1f}"
+                + (f"; full grid {grid['full_grid_wall_h']:.0f} h" if grid else "")
             )
         for fam in s.get("families", []):
             label = f"{fam['name']} family ({len(fam['landscapes'])})"
@@ -345,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         help="the default sampler's restarts on the scenarios and every family, fewer seeds (writes quick.json)",
     )
     ap.add_argument("--strategies", default="", help="strategies section: a comma list (default: all of them)")
+    ap.add_argument(
+        "--families", default="", help="strategies section: a comma list of FAMILIES' names, or none (default: all)"
+    )
     ap.add_argument("--accuracy-seconds", type=float, default=10.0)
     ap.add_argument("--e2e-seeds", type=int, default=2)
     ap.add_argument("--host-seeds", type=int, default=10)

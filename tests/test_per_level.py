@@ -25,6 +25,7 @@ from optimizer.report import write_report
 from optimizer.settings import parse_study
 from optimizer.space import parse_space
 from optimizer.study import Driver, Progress
+from optimizer.study.storage import load_or_create
 
 KIMI = "kimi-k2.5-8x-rtxpro6000"
 # What the profile's model says (python -m optimizer.sim truth): with TP 8 on PCIe the 2-step chain with NCCL
@@ -69,7 +70,9 @@ SPEC_PLAIN = cand("EAGLE3", "unset", "Ring")
 NONE_RING = cand("none", "unset", "Ring")
 
 
-def run_study(tmp_path: Path, name: str, space: dict = SPACE, **over) -> tuple[optuna.Study, dict, list[str]]:
+def run_study(
+    tmp_path: Path, name: str, space: dict = SPACE, study_pruner: optuna.pruners.BasePruner | None = None, **over
+) -> tuple[optuna.Study, dict, list[str]]:
     data = {
         "study": name,
         "studies_dir": str(tmp_path / "studies"),
@@ -92,14 +95,16 @@ def run_study(tmp_path: Path, name: str, space: dict = SPACE, **over) -> tuple[o
     hosts = [local_host("local")]
     executor = RayExecutor(hosts, cfg.study_dir.absolute())
     lines: list[str] = []
+    sp = parse_space(space, "levels.yaml")
+    study = load_or_create(cfg, pruner=study_pruner, space=sp) if study_pruner is not None else None
     try:
-        study = Driver(cfg, parse_space(space, "levels.yaml"), hosts, executor, progress=Progress(lines.append)).run()
+        study = Driver(cfg, sp, hosts, executor, progress=Progress(lines.append), study=study).run()
     finally:
         executor.shutdown()
     return study, export_study(study, cfg.study_dir), lines
 
 
-def run_model_study(tmp_path: Path, name: str, **over) -> tuple[optuna.Study, dict]:
+def run_model_study(tmp_path: Path, name: str, space: dict = SPACE, **over) -> tuple[optuna.Study, dict]:
     """The same study, driver and export on the simulator's own clock (``optimizer.simexec.ModelExecutor``): every
     figure is the profile's model (seeded), so which configuration wins at a level is the model's answer and never
     a race between processes on a loaded machine. Longer answers than the process run (no wall time is spent) keep
@@ -125,7 +130,7 @@ def run_model_study(tmp_path: Path, name: str, **over) -> tuple[optuna.Study, di
     cfg = parse_study(data, "test")
     hosts = [local_host("local")]
     executor = ModelExecutor(KIMI, ["local"], cfg.workload, seed=0, launch_noise=0.0)
-    study = Driver(cfg, parse_space(SPACE, "levels.yaml"), hosts, executor, progress=Progress(lambda s: None)).run()
+    study = Driver(cfg, parse_space(space, "levels.yaml"), hosts, executor, progress=Progress(lambda s: None)).run()
     return study, export_study(study, cfg.study_dir)
 
 
@@ -238,29 +243,24 @@ def test_three_levels_three_answers_and_a_latency_limit_changes_the_winner(tmp_p
     assert any("serve without speculation at this load" in line for line in term)
 
 
-def test_pruning_acts_on_the_objective_level_which_runs_first(tmp_path, ray_runtime):
-    """Objective concurrency 8 runs first and only its chunks are reported, so they pair across trials; a clearly
-    worse configuration is pruned there and the other level is never spent on it. Clearly: EAGLE given the EAGLE-3
-    drafter accepts almost nothing, 198 against 435 tok/s for the best at 8 in the model (2.2x), a gap that
-    wall-clock measurements on a loaded machine do not close."""
-    space = dict(SPACE, parameters=dict(SPACE["parameters"]))
-    space["parameters"]["speculative-algorithm"] = {"type": "categorical", "choices": ["none", "EAGLE3", "EAGLE"]}
-    study, summary, _ = run_study(
-        tmp_path,
-        "prune",
-        space=space,
-        objective={"level": 8},
-        workload={
-            "concurrency": [1, 8],
-            "max_tokens": 24,
-            "chunks": 4,
-            "requests_per_chunk": 1,
-            "warmup_requests": 1,
-        },
-        initial=[NONE_LL, SPEC_LL, cand("EAGLE", "unset", "unset")],
-        pruner={"name": "ratio", "n_startup_trials": 1},
-        budget={"trials": 4},
-    )
+#: the test space with EAGLE among the algorithms: given the EAGLE-3 drafter it accepts almost nothing
+PRUNE_SPACE = dict(
+    SPACE,
+    parameters=dict(
+        SPACE["parameters"],
+        **{"speculative-algorithm": {"type": "categorical", "choices": ["none", "EAGLE3", "EAGLE"]}},
+    ),
+)
+PRUNE_STUDY = dict(
+    objective={"level": 8},
+    workload={"concurrency": [1, 8], "max_tokens": 24, "chunks": 4, "requests_per_chunk": 1, "warmup_requests": 1},
+    initial=[NONE_LL, SPEC_LL, cand("EAGLE", "unset", "unset")],
+    pruner={"name": "ratio", "n_startup_trials": 1},
+    budget={"trials": 4},
+)
+
+
+def _check_pruned_at_the_objective_level(study: optuna.Study, summary: dict) -> None:
     pruned = [t for t in study.get_trials() if t.user_attrs.get("outcome") == "pruned"]
     assert pruned, [(t.number, t.user_attrs.get("outcome"), t.value) for t in study.get_trials()]
     assert any(t.user_attrs["flags"].get("speculative-algorithm") == "EAGLE" for t in pruned)
@@ -268,6 +268,32 @@ def test_pruning_acts_on_the_objective_level_which_runs_first(tmp_path, ray_runt
         assert max(t.intermediate_values) < 3  # stopped before the objective level's last chunk
         assert "1" not in (t.user_attrs.get("levels") or {})  # the other level never ran: no restart was wasted
     assert [r["concurrency"] for r in summary["levels"]] == [1, 8]
+
+
+class PruneEagle(optuna.pruners.BasePruner):
+    """Prunes the EAGLE trial at its first reported chunk, whatever the figures: which trial to prune is the ratio
+    pruner's decision (the next test, on the model's clock); here real servers must act on it."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return trial.params.get("speculative-algorithm") == "EAGLE" and bool(trial.intermediate_values)
+
+
+def test_a_pruned_server_stops_before_the_other_level(tmp_path, ray_runtime):
+    """Real simulator processes: objective concurrency 8 runs first and only its chunks are reported, so they pair
+    across trials; a trial pruned there is stopped and the other level is never spent on it."""
+    study, summary, _ = run_study(tmp_path, "prune", space=PRUNE_SPACE, study_pruner=PruneEagle(), **PRUNE_STUDY)
+    _check_pruned_at_the_objective_level(study, summary)
+    launched = [t for t in study.get_trials() if t.user_attrs.get("launched")]
+    assert all(
+        t.user_attrs["outcome"] == "complete" for t in launched if t.params.get("speculative-algorithm") != "EAGLE"
+    )
+
+
+def test_pruning_acts_on_the_objective_level_which_runs_first(tmp_path):
+    """On the model's clock, with the ratio pruner: a clearly worse configuration is pruned at the objective level
+    (EAGLE given the EAGLE-3 drafter: 198 against 435 tok/s for the best at 8) before the other level runs."""
+    study, summary = run_model_study(tmp_path, "prune", space=PRUNE_SPACE, **PRUNE_STUDY)
+    _check_pruned_at_the_objective_level(study, summary)
 
 
 def test_objective_and_limits_are_validated_against_the_levels():

@@ -17,6 +17,7 @@ from optimizer.hosts.config import local_host
 from optimizer.settings import parse_study
 from optimizer.space import parse_space
 from optimizer.study import Driver, Progress
+from optimizer.study.storage import load_or_create
 
 SPACE = {
     "name": "e2e",
@@ -61,14 +62,22 @@ OOM = {
 }
 
 
+class PruneLongChain(optuna.pruners.BasePruner):
+    """Prunes the untuned 5-step chain after its second chunk, whatever the figures. The model puts it 28 % behind
+    the baseline, but on a loaded machine per-request delays of processes starved of CPU swamp any gap between
+    short answers (at load 20 it once measured level with the others and nothing was pruned); the ratio pruner's
+    own decisions are tested on the model's clock (tests/test_pruning.py, tests/test_per_level.py). Here the
+    driver, the executor and the server must act on a decision."""
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        return trial.params.get("speculative-num-steps") == 5 and len(trial.intermediate_values) >= 2
+
+
 def make_cfg(tmp_path: Path, **over):
     data = {
         "study": "e2e",
         "studies_dir": str(tmp_path / "studies"),
-        # real step times (step scale 1): a 48-token answer takes 0.5-0.7 s, so the model's gaps (the 5-step chain
-        # 28 % behind the baseline, 39 % behind the 2-step chain) stay far above the per-request delays of a
-        # loaded machine (at step scale 0.1 an answer took 50 ms and a delay could reorder them)
-        "server": {"command": sim_command(step_scale=1.0), "boot_timeout_s": 30},
+        "server": {"command": sim_command(), "boot_timeout_s": 30},
         "workload": {"max_tokens": 48, "chunks": 4, "requests_per_chunk": 2, "warmup_requests": 1},
         "budget": {"trials": 5},
         "sampler": {"seed": 3},
@@ -85,7 +94,8 @@ def test_study_through_ray_against_simulator_processes(tmp_path, ray_runtime):
     executor = RayExecutor(hosts, cfg.study_dir.absolute())
     lines: list[str] = []
     try:
-        study = Driver(cfg, space, hosts, executor, progress=Progress(lines.append)).run()
+        study = load_or_create(cfg, pruner=PruneLongChain(), space=space)
+        study = Driver(cfg, space, hosts, executor, progress=Progress(lines.append), study=study).run()
     finally:
         executor.shutdown()
 
@@ -119,7 +129,7 @@ def test_study_through_ray_against_simulator_processes(tmp_path, ray_runtime):
         if t.user_attrs.get("launched") and t.user_attrs.get("outcome") in ("complete", "pruned"):
             assert t.intermediate_values and all(v > 0 for v in t.intermediate_values.values())
 
-    # The clearly worse untuned 5-step chain was pruned before its last chunk.
+    # The untuned 5-step chain was pruned before its last chunk.
     pruned = by_outcome["pruned"]
     assert any(t.params.get("speculative-num-steps") == 5 for t in pruned)
     assert all(len(t.intermediate_values) < 4 for t in pruned)
