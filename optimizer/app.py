@@ -138,6 +138,9 @@ def print_summary(summary: dict) -> None:
     """The final lines: the best (confirmed when a confirmation ran), its interval and gain, and every alarm."""
     best = summary.get("best")
     conf = summary.get("confirmation")
+    stop = summary.get("search_stop") or {}
+    if stop.get("text"):
+        print(f"\n{stop['text']}")
     if best and conf and conf.get("winner"):
         w = conf["winner"]
         ci = w.get("ci") or [None, None]

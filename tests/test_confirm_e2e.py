@@ -36,7 +36,9 @@ EAGLE3_S3 = {
 }
 
 
-def study_file(tmp_path: Path, initial: list[dict], noise: float, top: int, step_scale: float = 1.0) -> Path:
+def study_file(
+    tmp_path: Path, initial: list[dict], noise: float, top: int, step_scale: float = 1.0, sequential: bool = False
+) -> Path:
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
     study = {
         "study": "confirm",
@@ -50,7 +52,9 @@ def study_file(tmp_path: Path, initial: list[dict], noise: float, top: int, step
         "budget": {"trials": 1 + len(initial)},
         "pruner": {"name": "none"},
         "initial": initial,
-        "confirm": {"rounds": 3, "top": top},
+        # these tests are of the fixed design (every round relaunches every configuration); test_confirm_sequential.py
+        # is of the sequential one
+        "confirm": {"rounds": 3, "top": top, "sequential": sequential},
     }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study))

@@ -74,6 +74,8 @@ LAUNCH_NOISE = "launch_noise"  # {sigma, df, source}: the noise between launches
 CONFIRM_PLAN = "confirm:plan"  # the configurations a confirmation relaunches (optimizer.confirm)
 CONFIRM_RUN_PREFIX = "confirm:run:"  # confirm:run:NNNN, one relaunch each
 CONFIRM_RESULT = "confirm:result"  # the verdict (optimizer.verdict)
+#: why the search stopped: {reason, text, launches, expected_gain, threshold} (optimizer.study.driver)
+SEARCH_STOP = "search:stop"
 RELAUNCH_RUN_PREFIX = "relaunch:run:"  # relaunch:run:NNNN, the baseline relaunched during the study (relaunch.py)
 
 
