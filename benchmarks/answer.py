@@ -116,7 +116,7 @@ def run_one(
     if exported is None and unconfirmed is not None:
         exported = unconfirmed.number
     if mode == "new":
-        apart = bool(verdict is not None and verdict.decided is None and verdict.open)
+        apart = bool(verdict is not None and verdict.decided is None and (verdict.open or verdict.apart))
     else:
         apart = bool(verdict is not None and len(verdict.equivalent) > 1)
     return {

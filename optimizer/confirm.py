@@ -277,6 +277,9 @@ class Confirmer:
         return decide(arms_from(self.study))
 
     def _sequential(self, plan: dict[str, Any], cands: list[Any], rounds: int) -> Verdict:
+        ident = hostnoise.study_identity(self.study)
+        if ident is not None:  # a study from before the host's noise was stored: take it now
+            hostnoise.adopt(self.study, self.cfg.studies_dir, ident)
         prior, prior_text = hostnoise.prior(self.study)
         margin = self.cfg.confirm.margin_pct / 100.0
         done_runs = runs_of(self.study, plan["id"])
@@ -284,13 +287,12 @@ class Confirmer:
         self.say(
             f"confirmation: up to {rounds} rounds, each relaunching only the configurations still in question, "
             f"stopping once the verdict is decided at 95 % (outside the study's launch budget); "
-            f"launch noise from {prior_text}"
-            + (f"; {len(done_runs)} relaunches already done" if done_runs else "")
+            f"launch noise from {prior_text}" + (f"; {len(done_runs)} relaunches already done" if done_runs else "")
         )
         for r in range(next_round, rounds):
             if self.stopping:
                 break
-            todo_arms = self._open_arms(plan, prior, margin, first=r == 0 or not done_runs)
+            todo_arms = self._open_arms(plan, prior, margin, first=r == 0 or not done_runs, more=rounds - r)
             if not todo_arms:
                 break
             labels = ", ".join(plan["arms"][i]["label"] for i in todo_arms)
@@ -298,16 +300,20 @@ class Confirmer:
             todo = [Item(seq=0, round=r, arm=i) for i in todo_arms]
             self._launch(plan, cands, todo, rounds, finished=0, total=len(todo))
             done_runs = runs_of(self.study, plan["id"])
-        return decide(arms_from(self.study), prior=prior, margin=margin, paired=False)
+        done_rounds = 1 + max((int(x["round"]) for x in done_runs), default=-1)
+        more = 0 if self.stopping else rounds - done_rounds
+        return decide(arms_from(self.study), prior=prior, margin=margin, paired=False, more=more)
 
-    def _open_arms(self, plan: dict[str, Any], prior: tuple[float, int], margin: float, first: bool) -> list[int]:
+    def _open_arms(
+        self, plan: dict[str, Any], prior: tuple[float, int], margin: float, first: bool, more: int
+    ) -> list[int]:
         """The arms of the next round: those in a comparison not yet settled. For this choice only, the study's
         best counts its own (selected) launch until it has been relaunched; it is always in the first round."""
         arms = arms_from(self.study)
         for a, spec in zip(arms, plan["arms"]):
             if spec.get("selected") and not a.runs and spec.get("study_tok_per_s"):
                 a.evidence = [float(spec["study_tok_per_s"])]
-        v = decide(arms, prior=prior, margin=margin, paired=False)
+        v = decide(arms, prior=prior, margin=margin, paired=False, more=more)
         out = [arms.index(a) for a in v.open]
         selected = next((i for i, spec in enumerate(plan["arms"]) if spec.get("selected")), None)
         if first and selected is not None and not arms[selected].runs and selected not in out:
@@ -376,11 +382,12 @@ class Confirmer:
                         "no gain": f"no gain over the baseline of {verdict.margin:.0%} or more",
                     }[verdict.decided]
                 )
-            elif verdict.open:
+            else:
+                undecided = [a for a in [*verdict.open, *verdict.apart] if a is not verdict.winner]
                 verdict.lines.append(
-                    f"not decided at 95 % after {done_rounds} round(s) (the ceiling, confirm.rounds): "
-                    + ", ".join(a.label for a in verdict.open)
-                    + " could not be told apart; more rounds (confirm --confirm-rounds N) would add to these"
+                    f"not decided at 95 % after {done_rounds} round(s): {verdict.winner.label if verdict.winner else ''}"
+                    f" and {', '.join(a.label for a in undecided)} could not be told apart within {rounds} rounds "
+                    f"(confirm.rounds) at this noise; more rounds (confirm --confirm-rounds N) add to these"
                 )
         result = verdict.as_dict()
         result["plan"] = plan["id"]
@@ -396,9 +403,7 @@ class Confirmer:
             ident = hostnoise.study_identity(self.study)
             if ident is not None:
                 try:
-                    path = hostnoise.save(
-                        self.cfg.studies_dir, ident, self.cfg.study, verdict.noise, verdict.noise_df
-                    )
+                    path = hostnoise.save(self.cfg.studies_dir, ident, self.cfg.study, verdict.noise, verdict.noise_df)
                     verdict.lines.append(f"host noise stored for the next study on this host: {path}")
                 except OSError as exc:
                     self.say(f"host noise not stored: {exc}")

@@ -220,7 +220,9 @@ def _stop_and_confirm(d: DryRun, cfg: StudyConfig, space: SearchSpace, done: int
         )
     else:
         d.confirm_expected = d.confirm_max
-        d.confirm_text = f"confirmation: {c.rounds} rounds of the baseline and the best {c.top}: {d.confirm_max} relaunches"
+        d.confirm_text = (
+            f"confirmation: {c.rounds} rounds of the baseline and the best {c.top}: {d.confirm_max} relaunches"
+        )
 
 
 def describe(d: DryRun, printer: Callable[[str], Any] = print) -> None:

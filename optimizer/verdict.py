@@ -149,19 +149,42 @@ def diff(a: Arm, b: Arm, confidence: float = CONFIDENCE) -> Interval:
 
 
 def settle(
-    winner: Arm, others: Sequence[Arm], base: Arm | None, margin: float, confidence: float = CONFIDENCE
-) -> tuple[list[Arm], str | None]:
-    """The arms still in an open comparison with the winner (the winner first when any is open), and what was
-    decided when none is: "winner", "equivalent" or "no gain". One-sided bounds at ``confidence``."""
+    winner: Arm,
+    others: Sequence[Arm],
+    base: Arm | None,
+    margin: float,
+    confidence: float = CONFIDENCE,
+    more: int = 0,
+) -> tuple[list[Arm], list[Arm], str | None]:
+    """Which comparisons with the winner are still open, which can no longer be settled, and what was decided.
+
+    Returns (open, apart, kind): ``open`` the arms worth another round (the winner first when any is), ``apart`` those
+    that ``more`` further launches each could not settle even if their means held (futility: the top
+    configurations cannot be told apart within the ceiling; with ``more`` 0, every comparison not settled), and
+    ``kind`` when every comparison is settled: "winner", "equivalent" or "no gain". One-sided bounds at
+    ``confidence``; the futility projection uses the normal quantile (it errs towards another round)."""
     two = 2 * confidence - 1  # a two-sided interval at this level has one-sided bounds at ``confidence``
     m = math.log(1 + margin)
-    open_, equivalent = [], False
+    z = float(_st.norm.ppf(confidence))
+    open_: list[Arm] = []
+    apart: list[Arm] = []
+    equivalent = False
+
+    def reachable(a: Arm, b: Arm, iv: Interval, lo_goal: float | None, hi_goal: float | None) -> bool:
+        if more <= 0 or a.pooled is None or not iv.n:
+            return False
+        na, nb = len(a.values) + more, len(b.values) + more
+        half = z * a.pooled[0] * math.sqrt(1 / na + 1 / nb)
+        return (hi_goal is not None and iv.mean + half < hi_goal) or (lo_goal is not None and iv.mean - half > lo_goal)
+
     for c in others:
         iv = diff(c, winner, two)
-        if iv.hi is None or iv.hi >= m:
+        if iv.hi is not None and iv.hi < m:
+            equivalent = equivalent or iv.hi >= 0
+        elif reachable(c, winner, iv, 0.0, m):
             open_.append(c)
-        elif iv.hi >= 0:
-            equivalent = True
+        else:
+            apart.append(c)
     kind = "equivalent" if equivalent else "winner"
     if base is not None and base.values:
         g = diff(winner, base, two)
@@ -169,9 +192,11 @@ def settle(
             pass
         elif g.hi is not None and g.hi < m:
             kind = "no gain"
-        else:
+        elif reachable(winner, base, g, 0.0, m):
             open_.append(base)
-    return ([winner, *open_] if open_ else []), (None if open_ else kind)
+        else:
+            apart.append(base)
+    return ([winner, *open_] if open_ else []), apart, (None if open_ or apart else kind)
 
 
 @dataclass
@@ -188,6 +213,7 @@ class Verdict:
     paired: bool = True
     #: sequential confirmation: the arms still in an open comparison (empty once decided) and what was decided
     open: list[Arm] = field(default_factory=list)
+    apart: list[Arm] = field(default_factory=list)  # comparisons the rounds left could not settle
     decided: str | None = None
     margin: float = PREFER_CHEAPER_WITHIN
 
@@ -225,6 +251,8 @@ class Verdict:
             "verdict": self.lines,
             "decided": self.decided,
             "undecided": [a.label for a in self.open],
+            "told_apart": False if self.apart or self.open else self.decided is not None,
+            "could_not_tell_apart": [a.label for a in self.apart],
             "margin": self.margin,
         }
 
@@ -251,9 +279,11 @@ def decide(
     prior: tuple[float, int] | None = None,
     margin: float = PREFER_CHEAPER_WITHIN,
     paired: bool | None = None,
+    more: int = 0,
 ) -> Verdict:
     """The verdict on the runs so far. ``prior``: the noise assumed before any relaunch (sigma, df), pooled with
-    the measured; ``paired``: gains from per-round ratios (the fixed interleaved design; default when no arm counts
+    the measured; ``more``: the launches each configuration may still get (for
+    ``settle``'s futility rule); ``paired``: gains from per-round ratios (the fixed interleaved design; default when no arm counts
     the search's launches and no prior is given) or unpaired differences with the pooled noise."""
     arms = list(arms)
     if paired is None:
@@ -279,7 +309,9 @@ def decide(
     has_base = base is not None and bool(base.values)
     gain = (ratio(winner, base) if paired else diff(winner, base)) if has_base else None  # type: ignore[arg-type]
     significant = None if gain is None or not gain.known else (gain.lo > 0)  # type: ignore[operator]
-    open_, decided = settle(winner, [a for a in cands if a is not winner], base if has_base else None, margin)
+    open_, apart, decided = settle(
+        winner, [a for a in cands if a is not winner], base if has_base else None, margin, more=more
+    )
     lines.append(
         f"confirmed best: {winner.label} {winner.config}: {_tps(winner.tok_per_s)}, {winner.tok_per_s.n} launches"
     )
@@ -304,7 +336,7 @@ def decide(
     if noise is not None:
         lines.append(f"launch-to-launch noise {noise:.1%} (pooled over {df} degrees of freedom)")
     return Verdict(
-        arms, winner, fastest, group, gain, significant, noise, df, lines, paired, open_, decided, margin
+        arms, winner, fastest, group, gain, significant, noise, df, lines, paired, open_, apart, decided, margin
     )
 
 

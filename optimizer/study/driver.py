@@ -189,6 +189,16 @@ class Driver:
             elif self.idle_asks >= MAX_IDLE_ASKS:
                 self._stopped("space")
 
+    def _store_relaunch_noise(self) -> None:
+        """The noise the baseline's relaunches measured, kept for the next study on this host."""
+        noise = self.study.user_attrs.get(R.LAUNCH_NOISE)
+        ident = hostnoise.study_identity(self.study)
+        if isinstance(noise, dict) and noise.get("source") == "baseline relaunches" and ident is not None:
+            try:
+                hostnoise.save(self.cfg.studies_dir, ident, self.cfg.study, noise["sigma"], int(noise["df"]))
+            except OSError as exc:
+                self.note(f"host noise not stored: {exc}")
+
     def _stopped(self, reason: str) -> None:
         """Say, and record on the study (``search:stop``), why the search stopped and what the model expected of
         one more launch; the summary and the dashboard's note show it."""
@@ -198,7 +208,7 @@ class Driver:
         n = self.launched()
         text = {
             "confident": f"the search stopped itself after {n} launches: the model expects no configuration left to "
-            f"beat the best by {threshold or 0:.1%} (budget.stop_below_gain_pct){expected}",
+            f"beat the best by {threshold or 0:.1%} (budget.stop_below_gain_pct){expected}; no more launches",
             "budget": f"the search spent its budget of {self.cfg.budget.trials} launches{expected}",
             "time": f"the search spent its time budget after {n} launches{expected}",
             "space": f"the search ran out of configurations to launch after {n} launches",
@@ -217,6 +227,12 @@ class Driver:
             },
         )
         self.note(text)
+        try:
+            from ..notes import save_study_note
+
+            save_study_note(self.study)  # the dashboard's study note says why the search stopped
+        except Exception as exc:  # noqa: BLE001 - a note is a convenience, never a failure
+            self.note(f"study note not written: {exc}")
 
     def _fill_hosts(self) -> None:
         while self.pool.free():
@@ -328,6 +344,7 @@ class Driver:
             if isinstance(ev, TrialResult):
                 self.pool.release(ev.host, ev.trial)
                 self.note(self.relaunch.finish(ev))
+                self._store_relaunch_noise()
             return
         if isinstance(ev, PhaseEvent):
             self.host_phase[ev.host] = (ev.phase, ev.trial, ev.t)
