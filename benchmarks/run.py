@@ -23,7 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
-SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level")
+SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level", "answer")
 OPTIONAL = ("pcie",)  # run only when named in --only
 
 
@@ -209,6 +209,10 @@ def _counts(study: Any) -> dict[str, int]:
 
 
 def print_table(results: dict[str, Any]) -> None:
+    if results.get("answer"):
+        from benchmarks.answer import table as answer_table
+
+        log("\n" + answer_table(results["answer"]))
     if results.get("confirmation"):
         from benchmarks.confirmation import table
 
@@ -343,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = section_pcie()
             elif name == "confirmation":
                 results[name] = section_confirmation(args)
+            elif name == "answer":
+                from benchmarks.answer import section_answer
+
+                results[name] = section_answer(args)
             results.setdefault("section_seconds", {})[name] = round(time.time() - t0, 1)
             out_path.parent.mkdir(parents=True, exist_ok=True)
             out_path.write_text(json.dumps(results, indent=2, default=str))
