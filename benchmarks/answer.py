@@ -7,6 +7,8 @@ benchmark time at the true tok/s, the launch noise given. Two behaviours in the 
 - ``new``: the defaults: the search stops itself (``budget.stop_below_gain_pct``, the budget a ceiling), then the
   sequential confirmation (``confirm.sequential``: rounds stop once the verdict is decided; the search's launches
   count; up to ``rounds`` rounds of the baseline and the best ``top``);
+- ``known``: the same on a host whose noise an earlier study measured (stored: the true launch noise, 10 degrees
+  of freedom): the pruner and the confirmation start from it;
 - ``today``: the behaviour before: the whole budget spent, then the fixed confirmation (``rounds`` x (``top`` + 1)
   relaunches, every one).
 
@@ -14,7 +16,8 @@ Per run: restarts to the exported answer (every launch of the search and of the 
 answer's true tok/s as a fraction of the optimum (the confirmed winner, else the best single launch), the
 wall-clock on the model's clock, whether the summary says the top configurations could not be told apart (new: the
 verdict was not decided within the ceiling; today: the verdict's equivalent group has more than one), and whether
-the search stopped itself. Each run is a new host: nothing is known of its noise (the stated prior).
+the search stopped itself. Apart from ``known``, each run is a new host: nothing is known of its noise (the stated
+prior, and the confirmation measures it before it decides anything).
 
 ``python -m benchmarks.answer --seeds 20`` (``--family benchmarks.landscapes:HELD_OUT`` for a generated family:
 any module with ``landscape(seed)`` and a tuple of seeds); ``benchmarks/run.py`` runs it as its ``answer`` section.
@@ -42,7 +45,7 @@ from optimizer.hosts.config import local_host
 from optimizer.pruning import make_pruner
 from optimizer.settings import STOP_BELOW_GAIN_PCT
 from optimizer.simexec import ModelExecutor
-from optimizer.study import Driver, Progress, best_trial, make_sampler
+from optimizer.study import Driver, Progress, best_trial, hostnoise, make_sampler
 
 KIMI = "kimi-k2.5-8x-rtxpro6000"
 SCENARIOS = (
@@ -53,7 +56,7 @@ SCENARIOS = (
 )
 NOISES = (0.03, 0.20)
 HOSTS = (1, 4)
-MODES = ("new", "today")
+MODES = ("new", "known", "today")
 BUDGET = 30  # the README's study file: budget: {trials: 30}
 ROUNDS, TOP = 3, 2  # confirm: {rounds: 3, top: 2}
 WITHIN = 0.98
@@ -76,13 +79,18 @@ def run_one(
     tr = tr or truth(profile, space, concurrency)
     cfg = _config("structured", seed, budget, concurrency)
     with tempfile.TemporaryDirectory(prefix="answer-") as tmp:  # a new host: no stored noise
+        new = mode in ("new", "known")
         cfg = cfg.model_copy(
             update={
                 "studies_dir": tmp,
-                "budget": cfg.budget.model_copy(update={"stop_below_gain_pct": stop_pct if mode == "new" else None}),
-                "confirm": cfg.confirm.model_copy(update={"rounds": ROUNDS, "top": TOP, "sequential": mode == "new"}),
+                "budget": cfg.budget.model_copy(update={"stop_below_gain_pct": stop_pct if new else None}),
+                "confirm": cfg.confirm.model_copy(update={"rounds": ROUNDS, "top": TOP, "sequential": new}),
             }
         )
+        names = [f"h{i}" for i in range(hosts)]
+        if mode == "known":  # an earlier study on these hosts measured their noise
+            for n in names:
+                hostnoise.save(tmp, hostnoise.identity(n, {}, None), "earlier", noise, 10)
         study = optuna.create_study(
             direction="maximize",
             sampler=make_sampler(cfg, space),
@@ -94,7 +102,6 @@ def run_one(
                 launch_noise=cfg.pruner.launch_noise,
             ),
         )
-        names = [f"h{i}" for i in range(hosts)]
         ex = ModelExecutor(profile, names, cfg.workload, seed=seed + 1000, launch_noise=noise)
         host_cfgs = [local_host(n) for n in names]
         driver = Driver(cfg, space, host_cfgs, ex, progress=Progress(lambda s: None), study=study)
@@ -115,7 +122,7 @@ def run_one(
     exported = verdict.winner.trial if verdict is not None and verdict.winner is not None else None
     if exported is None and unconfirmed is not None:
         exported = unconfirmed.number
-    if mode == "new":
+    if new:
         apart = bool(verdict is not None and verdict.decided is None and (verdict.open or verdict.apart))
     else:
         apart = bool(verdict is not None and len(verdict.equivalent) > 1)
@@ -253,7 +260,8 @@ def table(res: dict[str, Any]) -> str:
     lines = [
         f"The answer in restarts (budget {res['budget']} launches; confirmation up to {res['rounds']} rounds of the "
         f"baseline and the top {res['top']}; new: stop below {res['stop_below_gain_pct']:g} % + sequential "
-        "confirmation; today: the budget + the fixed confirmation)",
+        "confirmation on a new host; known: the same on a host whose noise is stored; today: the budget + the fixed "
+        "confirmation)",
         "| scenario | noise | hosts | behaviour | restarts median (p90) | search + confirmation (median) | "
         "exported within 2 % | or told apart | exported true (median, min) | wall-clock h (median) | "
         "stopped itself |",
@@ -282,17 +290,19 @@ def section_answer(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.answer", description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--scenarios", default="all", help="'all', 'kimi', or 'none' (the family only)")
+    ap.add_argument(
+        "--scenarios", default="all", help="all, kimi, others (the three but Kimi) or none (the family only)"
+    )
     ap.add_argument("--family", default="benchmarks.landscapes:HELD_OUT", help="module:SEEDS, or 'none'")
     ap.add_argument("--family-seeds", type=int, help="only the family's first N landscapes")
     ap.add_argument("--noises", default="0.03,0.20")
     ap.add_argument("--hosts", default="1,4")
-    ap.add_argument("--modes", default="new,today")
+    ap.add_argument("--modes", default="new,known,today")
     ap.add_argument("--stop-pct", type=float, default=STOP_BELOW_GAIN_PCT)
     ap.add_argument("--jobs", type=int, default=1, help="processes")
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args(argv)
-    scen = {"all": SCENARIOS, "kimi": SCENARIOS[:1], "none": ()}[a.scenarios]
+    scen = {"all": SCENARIOS, "kimi": SCENARIOS[:1], "others": SCENARIOS[1:], "none": ()}[a.scenarios]
     res = run(
         seeds=a.seeds,
         scenarios=scen,

@@ -53,6 +53,9 @@ NOISE_ATTR = R.LAUNCH_NOISE
 #: Trial numbers given to confirmation launches, far above any study's (executors key their runs by number).
 NUMBER_BASE = 1_000_000
 MAX_HOST_RETRIES = 2
+#: degrees of freedom of measured noise a sequential confirmation needs before it settles a comparison, on a host
+#: whose noise is not stored (with the stated prior alone, 20 % launch noise read as 5 % and decided wrongly)
+MIN_DF = 2
 
 
 @dataclass
@@ -155,6 +158,7 @@ class Confirmer:
         self.launches = 0
         self.stopping = False
         self.confirming = True  # the live display shows confirmation relaunches, not trials
+        self.min_df = MIN_DF
         self.t0 = time.time()
         self.active: dict[int, Any] = {}  # number -> (item, host), with .candidate for the display
         self.host_phase: dict[str, tuple[str, int | None, float]] = {}
@@ -281,6 +285,9 @@ class Confirmer:
         if ident is not None:  # a study from before the host's noise was stored: take it now
             hostnoise.adopt(self.study, self.cfg.studies_dir, ident)
         prior, prior_text = hostnoise.prior(self.study)
+        # a stated prior alone decides nothing: on a host whose noise is not known, the launches must have measured
+        # it (MIN_DF degrees of freedom) before a comparison is settled; a known host's stored noise is enough
+        self.min_df = 0 if isinstance(self.study.user_attrs.get(hostnoise.HOST_NOISE), dict) else MIN_DF
         margin = self.cfg.confirm.margin_pct / 100.0
         done_runs = runs_of(self.study, plan["id"])
         next_round = 1 + max((int(r["round"]) for r in done_runs), default=-1)
@@ -302,7 +309,7 @@ class Confirmer:
             done_runs = runs_of(self.study, plan["id"])
         done_rounds = 1 + max((int(x["round"]) for x in done_runs), default=-1)
         more = 0 if self.stopping else rounds - done_rounds
-        return decide(arms_from(self.study), prior=prior, margin=margin, paired=False, more=more)
+        return decide(arms_from(self.study), prior=prior, margin=margin, paired=False, more=more, min_df=self.min_df)
 
     def _open_arms(
         self, plan: dict[str, Any], prior: tuple[float, int], margin: float, first: bool, more: int
@@ -313,7 +320,7 @@ class Confirmer:
         for a, spec in zip(arms, plan["arms"]):
             if spec.get("selected") and not a.runs and spec.get("study_tok_per_s"):
                 a.evidence = [float(spec["study_tok_per_s"])]
-        v = decide(arms, prior=prior, margin=margin, paired=False, more=more)
+        v = decide(arms, prior=prior, margin=margin, paired=False, more=more, min_df=self.min_df)
         out = [arms.index(a) for a in v.open]
         selected = next((i for i, spec in enumerate(plan["arms"]) if spec.get("selected")), None)
         if first and selected is not None and not arms[selected].runs and selected not in out:

@@ -155,6 +155,7 @@ def settle(
     margin: float,
     confidence: float = CONFIDENCE,
     more: int = 0,
+    can_settle: bool = True,
 ) -> tuple[list[Arm], list[Arm], str | None]:
     """Which comparisons with the winner are still open, which can no longer be settled, and what was decided.
 
@@ -162,7 +163,9 @@ def settle(
     that ``more`` further launches each could not settle even if their means held (futility: the top
     configurations cannot be told apart within the ceiling; with ``more`` 0, every comparison not settled), and
     ``kind`` when every comparison is settled: "winner", "equivalent" or "no gain". One-sided bounds at
-    ``confidence``; the futility projection uses the normal quantile (it errs towards another round)."""
+    ``confidence``; the futility projection uses the normal quantile (it errs towards another round). With
+    ``can_settle`` false (the noise is not measured well enough yet) nothing is settled: every comparison is open
+    while launches are left."""
     two = 2 * confidence - 1  # a two-sided interval at this level has one-sided bounds at ``confidence``
     m = math.log(1 + margin)
     z = float(_st.norm.ppf(confidence))
@@ -179,7 +182,9 @@ def settle(
 
     for c in others:
         iv = diff(c, winner, two)
-        if iv.hi is not None and iv.hi < m:
+        if not can_settle:
+            (open_ if more > 0 else apart).append(c)
+        elif iv.hi is not None and iv.hi < m:
             equivalent = equivalent or iv.hi >= 0
         elif reachable(c, winner, iv, 0.0, m):
             open_.append(c)
@@ -188,7 +193,9 @@ def settle(
     kind = "equivalent" if equivalent else "winner"
     if base is not None and base.values:
         g = diff(winner, base, two)
-        if g.lo is not None and g.lo > 0:
+        if not can_settle:
+            (open_ if more > 0 else apart).append(base)
+        elif g.lo is not None and g.lo > 0:
             pass
         elif g.hi is not None and g.hi < m:
             kind = "no gain"
@@ -280,10 +287,12 @@ def decide(
     margin: float = PREFER_CHEAPER_WITHIN,
     paired: bool | None = None,
     more: int = 0,
+    min_df: int = 0,
 ) -> Verdict:
     """The verdict on the runs so far. ``prior``: the noise assumed before any relaunch (sigma, df), pooled with
     the measured; ``more``: the launches each configuration may still get (for
-    ``settle``'s futility rule); ``paired``: gains from per-round ratios (the fixed interleaved design; default when no arm counts
+    ``settle``'s futility rule); ``min_df``: the measured degrees of freedom of the noise below which
+    nothing is settled (a prior alone does not decide); ``paired``: gains from per-round ratios (the fixed interleaved design; default when no arm counts
     the search's launches and no prior is given) or unpaired differences with the pooled noise."""
     arms = list(arms)
     if paired is None:
@@ -310,7 +319,12 @@ def decide(
     gain = (ratio(winner, base) if paired else diff(winner, base)) if has_base else None  # type: ignore[arg-type]
     significant = None if gain is None or not gain.known else (gain.lo > 0)  # type: ignore[operator]
     open_, apart, decided = settle(
-        winner, [a for a in cands if a is not winner], base if has_base else None, margin, more=more
+        winner,
+        [a for a in cands if a is not winner],
+        base if has_base else None,
+        margin,
+        more=more,
+        can_settle=df >= min_df,
     )
     lines.append(
         f"confirmed best: {winner.label} {winner.config}: {_tps(winner.tok_per_s)}, {winner.tok_per_s.n} launches"

@@ -63,12 +63,18 @@ def load(tmp_path: Path) -> optuna.Study:
     )
 
 
-def test_a_large_gap_is_decided_in_one_round_and_the_host_noise_is_kept(tmp_path, capsys):
-    # EAGLE3 s3 k1 is 2.24x the baseline: the baseline's own launch in the search already separates it, so the
-    # first round relaunches only the study's best (its selected launch does not count) and the verdict is decided
+def test_a_large_gap_is_decided_in_one_round(tmp_path, capsys):
+    # EAGLE3 s3 k1 is 2.24x the baseline. On a host whose noise is known (stored: 3 %), the baseline's own launch
+    # in the search already separates it, so the first round relaunches only the study's best (its selected
+    # launch does not count) and the verdict is decided
+    from optimizer.study import hostnoise
+
     path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
     args = ["--config", str(path), "--executor", "thread", "--plain"]
-    assert cli.main(["optimize", *args]) == 0
+    assert cli.main(["optimize", *args, "--confirm-rounds", "0"]) == 0
+    capsys.readouterr()
+    hostnoise.save(tmp_path / "studies", hostnoise.study_identity(load(tmp_path)), "earlier", 0.03, 10)
+    assert cli.main(["confirm", *args, "--confirm-rounds", "3"]) == 0
     out = capsys.readouterr().out
     study = load(tmp_path)
     runs = runs_of(study, study.user_attrs[PLAN_ATTR]["id"])
@@ -79,9 +85,26 @@ def test_a_large_gap_is_decided_in_one_round_and_the_host_noise_is_kept(tmp_path
     base = next(a for a in result["arms"] if a["baseline"])
     assert base["launches"] == 1  # the search's launch of the baseline counts as evidence
     assert "decided at 95 % after 1 round(s), 1 relaunch(es): a significant winner" in out
+    assert "launch noise from the host's stored 3.0%" in out
+
+
+def test_on_an_unknown_host_the_noise_is_measured_before_anything_is_decided(tmp_path, capsys):
+    # the same study on a host whose noise is not stored: the stated prior alone decides nothing, so the baseline
+    # is relaunched beside the best until two degrees of freedom of noise are measured, then it is decided
+    path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
+    assert cli.main(["optimize", "--config", str(path), "--executor", "thread", "--plain"]) == 0
+    out = capsys.readouterr().out
+    study = load(tmp_path)
+    runs = runs_of(study, study.user_attrs[PLAN_ATTR]["id"])
+    assert [(r["label"], r["round"]) for r in runs] == [
+        ("baseline", 0),
+        ("trial 1", 0),
+        ("baseline", 1),
+        ("trial 1", 1),
+    ]
+    result = study.user_attrs[RESULT_ATTR]
+    assert result["decided"] == "winner" and result["rounds"] == 2 and result["launch_noise_df"] >= 2
     assert "launch noise from a stated prior of 5%" in out
-    # one relaunch measures no noise (no configuration was launched twice): nothing is stored for the host
-    assert not (tmp_path / "studies" / "hosts").exists()
 
 
 def test_a_small_gap_takes_more_rounds_and_later_rounds_add_to_the_runs(tmp_path, capsys):
