@@ -253,6 +253,7 @@ class Confirmer:
         stored = self.study.user_attrs.get(PLAN_ATTR)
         if not isinstance(stored, dict) or stored.get("id") != plan["id"] or stored.get("rounds") != rounds:
             self.study.set_user_attr(PLAN_ATTR, plan)
+        self.left = len(plan["arms"])  # a round's worth at most, until the round is planned
         if self.progress is not None:
             self.progress.start(self)
         try:
@@ -353,7 +354,11 @@ class Confirmer:
                 continue
             if isinstance(ev, PhaseEvent) and ev.trial in self.active:
                 self.host_phase[ev.host] = (ev.phase, ev.trial, time.time())
-            if self.progress is not None and getattr(ev, "trial", None) in self.active:
+            if (
+                self.progress is not None
+                and getattr(ev, "trial", None) in self.active
+                and not isinstance(ev, TrialResult)
+            ):
                 self.progress.event(self, ev)
             if not isinstance(ev, TrialResult) or ev.trial not in self.active:
                 continue
@@ -369,6 +374,8 @@ class Confirmer:
             finished += 1
             self.left = len(pending) + len(self.active)
             self._record(it, plan, host, ev)
+            if self.progress is not None:
+                self.progress.event(self, ev)  # after the record: the display counts this launch
             arm = plan["arms"][it.arm]
             value = ev.metrics.get(R.TOK_PER_S) if ev.status == "complete" else None
             self.say(
