@@ -398,10 +398,16 @@ class Confirmer:
                 )
             else:
                 undecided = [a for a in [*verdict.open, *verdict.apart] if a is not verdict.winner]
+                others = [a.label for a in undecided if not a.baseline]
+                what = []
+                if others:
+                    winner = verdict.winner.label if verdict.winner else "the best"
+                    what.append(f"{winner} and {', '.join(others)} could not be told apart")
+                if any(a.baseline for a in undecided):
+                    what.append(f"the gain over the baseline (below {verdict.margin:.0%} or above 0) is not decided")
                 verdict.lines.append(
-                    f"not decided at 95 % after {done_rounds} round(s): {verdict.winner.label if verdict.winner else ''}"
-                    f" and {', '.join(a.label for a in undecided)} could not be told apart within {rounds} rounds "
-                    f"(confirm.rounds) at this noise; more rounds (confirm --confirm-rounds N) add to these"
+                    f"not decided at 95 % after {done_rounds} round(s): {'; '.join(what)} within {rounds} rounds "
+                    "(confirm.rounds) at this noise; more rounds (confirm --confirm-rounds N) add to these"
                 )
         result = verdict.as_dict()
         result["plan"] = plan["id"]
