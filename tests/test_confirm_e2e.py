@@ -123,6 +123,10 @@ def test_significant_gain_through_the_confirm_command(tmp_path, capsys):
     assert cli.main(["confirm", *args, "--confirm-rounds", "3"]) == 0
     assert "6 already done" in capsys.readouterr().out
     assert len([k for k in load(tmp_path).user_attrs if k.startswith(RUN_PREFIX)]) == 6
+    # a fourth round asked later adds one round to the three made (the plan does not depend on the rounds)
+    assert cli.main(["confirm", *args, "--confirm-rounds", "4"]) == 0
+    runs4 = runs_of(load(tmp_path), load(tmp_path).user_attrs[PLAN_ATTR]["id"])
+    assert len(runs4) == 8 and runs4[:6] == runs and [r["round"] for r in runs4[6:]] == [3, 3]
 
 
 def test_equivalent_pair_after_a_study(tmp_path, capsys):
