@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 STUDY    ?= demo
-TRIALS   ?= 14
+TRIALS   ?= 30
 SPACE    ?= search_spaces/demo.yaml
 PROFILE  ?= kimi-k2.5-8x-rtxpro6000
 SEED     ?= 0
@@ -15,7 +15,9 @@ ARGS     ?=
 JOBS     ?=
 PORT     ?= 8080
 # A demo-sized benchmark per trial (the simulator boots a 12-minute profile in ~2 s); override for real runs.
-# The demo ends with a confirmation: the baseline and the 2 best relaunched 3 times each, interleaved.
+# TRIALS is a ceiling: the search stops itself once another launch is expected to gain less than 2 %
+# (budget.stop_below_gain_pct). The demo ends with a sequential confirmation: up to 3 rounds of the baseline and the
+# 2 best, each round relaunching only what is still in question, stopping once the verdict is decided.
 DEMO_ARGS ?= --max-tokens 64 --chunks 4 --requests-per-chunk 2 --boot-timeout 30 --confirm-rounds 3 --confirm-top 2
 
 .PHONY: install optimize confirm test lint bench bench-quick dashboard report export status clean system-deps help
@@ -73,7 +75,8 @@ bench-quick: $(STAMP)
 dashboard: $(STAMP)
 	$(BIN)/python -m optimizer dashboard --study $(STUDY) --host 127.0.0.1 --port $(PORT)
 
-# Relaunch a study's best configurations and the baseline (3 interleaved rounds) and export the confirmed best.
+# Relaunch a study's best configurations and the baseline (up to 3 rounds, fewer once decided) and export the
+# confirmed best; ARGS="--confirm-rounds 4" after 3 adds one more round to the runs already made.
 confirm: $(STAMP)
 	$(BIN)/python -m optimizer confirm --study $(STUDY) --space $(SPACE) --profile $(PROFILE) --executor $(EXECUTOR) \
 	  $(if $(HOSTS),--hosts $(HOSTS)) $(DEMO_ARGS) $(ARGS)

@@ -36,7 +36,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
 QUICK_OUT = ROOT / "studies" / "bench" / "quick.json"
-SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level", "adaptive")
+SECTIONS = (
+    "strategies",
+    "loop",
+    "hosts",
+    "client",
+    "accuracy",
+    "e2e",
+    "confirmation",
+    "per_level",
+    "adaptive",
+    "answer",
+)
 OPTIONAL = ("pcie",)  # run only when named in --only
 QUICK_SEEDS = 10  # --quick: seeds per scenario (the families keep every landscape, one run each)
 
@@ -260,6 +271,10 @@ def _counts(study: Any) -> dict[str, int]:
 
 
 def print_table(results: dict[str, Any]) -> None:
+    if results.get("answer"):
+        from benchmarks.answer import table as answer_table
+
+        log("\n" + answer_table(results["answer"]))
     if results.get("confirmation"):
         from benchmarks.confirmation import table
 
@@ -424,6 +439,10 @@ def main(argv: list[str] | None = None) -> int:
                     results[name] = section_per_level(args)
                 elif name == "adaptive":
                     results[name] = section_adaptive(args)
+                elif name == "answer":
+                    from benchmarks.answer import section_answer
+
+                    results[name] = section_answer(args)
                 elif name == "pcie":
                     results[name] = section_pcie()
                 elif name == "confirmation":

@@ -195,6 +195,9 @@ def print_summary(summary: dict) -> None:
     ans = summary.get("answer")
     shown = set() if not ans else {ans["trial"], *(a["trial"] for a in ans.get("alternatives") or [])}
     print()
+    stop = summary.get("search_stop") or {}
+    if stop.get("text"):  # why the search stopped and what the model expected of one more launch
+        print(stop["text"])
     found = sorted((summary.get("alarms") or {}).items(), key=lambda kv: (int(kv[0]) in shown, int(kv[0])))
     for number, alarms in found:  # trials not exported first: the answer's own alarms stay next to it
         for a in alarms:

@@ -39,6 +39,7 @@ def _study_overrides(a: argparse.Namespace) -> dict[str, Any]:
         "studies_dir": a.studies_dir,
         "budget.trials": a.trials,
         "budget.time_s": a.time_budget,
+        "budget.stop_below_gain_pct": a.stop_below_gain_pct,
         "sampler.name": a.sampler,
         "sampler.seed": a.seed,
         "pruner.name": a.pruner,
@@ -126,7 +127,12 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     """Options of the commands that launch servers (optimize, confirm): give confirm the study's own."""
     p.add_argument("--space", help="search-space YAML (default: search_spaces/demo.yaml)")
     p.add_argument("--hosts", help="hosts YAML (default: one local host)")
-    p.add_argument("--trials", type=int, help="server launches to spend (a resumed study counts earlier ones)")
+    p.add_argument("--trials", type=int, help="server launches at most (a resumed study counts earlier ones)")
+    p.add_argument(
+        "--stop-below-gain-pct",
+        type=float,
+        help="stop once another launch is expected to gain less than this per cent (default 2; structured sampler)",
+    )
     p.add_argument("--time-budget", type=float, help="seconds after which no new trial starts")
     p.add_argument(
         "--sampler",

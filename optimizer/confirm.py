@@ -7,6 +7,19 @@ machine, by 15-30 % on another one). So after the study (``confirm.rounds`` in t
 restarts, in rounds ``A B C, A B C, ...`` so drift cancels, each round with its own prompt order (the workload's
 seed moves by round; every configuration of a round gets the same prompts).
 
+By default the confirmation is sequential (``confirm.sequential``): ``rounds`` is a ceiling, and after each round
+``optimizer.verdict.settle`` asks whether the verdict is decided at 95 % (a significant winner, equivalence within
+``confirm.margin_pct``, or no gain worth having over the baseline); it stops as soon as it is. The search's own
+launches count: the baseline's launch and its relaunches, and the single launch of every configuration but the
+study's best, whose launch was selected for being the highest and is left out of its estimate (so it is not biased
+upwards; the runners-up's launches read high too, which only makes the winner harder to declare). A round
+relaunches only the configurations still in an open comparison (the study's best always in the first round): one
+the search's launches already separate is not relaunched. A round's relaunches run side by side on idle hosts.
+The noise starts from the host's stored noise (``optimizer.study.hostnoise``), else a stated prior, pooled with
+what the launches show; the measured noise is stored for the host afterwards. Rounds asked later
+(``confirm --confirm-rounds 4`` after 3) add to the runs already made. ``sequential: false`` is the fixed design:
+every round relaunches every configuration, gains from paired per-round ratios.
+
 Runs are stored as study user attributes (``confirm:run:NNNN``), never as trials: the sampler does not see
 them, the study's launch budget does not count them, and a confirmation interrupted half-way resumes with the
 runs it already has. The verdict is stored as ``confirm:result``; the export takes its winner as the best.
@@ -20,13 +33,15 @@ import math
 import queue
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from . import alarms
-from .events import TrialResult
+from .events import PhaseEvent, TrialResult
+from .study import hostnoise
 from .study import records as R
 from .trial import TrialSpec
 from .verdict import Arm, Verdict, arm_cost, decide
@@ -38,6 +53,9 @@ NOISE_ATTR = R.LAUNCH_NOISE
 #: Trial numbers given to confirmation launches, far above any study's (executors key their runs by number).
 NUMBER_BASE = 1_000_000
 MAX_HOST_RETRIES = 2
+#: degrees of freedom of measured noise a sequential confirmation needs before it settles a comparison, on a host
+#: whose noise is not stored (with the stated prior alone, 20 % launch noise read as 5 % and decided wrongly)
+MIN_DF = 2
 
 
 @dataclass
@@ -99,6 +117,7 @@ def arms_from(study: optuna.Study) -> list[Arm]:
             cost=tuple(a.get("cost", (0, 0, 0))),  # type: ignore[arg-type]
             baseline=bool(a.get("baseline")),
             study_tok_per_s=a.get("study_tok_per_s"),
+            evidence=[float(x) for x in a.get("evidence") or []],
         )
         for a in plan.get("arms", [])
     ]
@@ -114,7 +133,10 @@ def stored_verdict(study: optuna.Study) -> dict[str, Any] | None:
 
 
 class Confirmer:
-    """Runs a confirmation with an executor (the study's own: Ray actors, threads, or the in-process model)."""
+    """Runs a confirmation with an executor (the study's own: Ray actors, threads, or the in-process model).
+
+    It also stands in for the driver before the live display (``optimizer.progress``): hosts, their phases, the
+    launches so far and left, and an ETA, so the table keeps running through the confirmation."""
 
     def __init__(
         self,
@@ -128,20 +150,47 @@ class Confirmer:
     ) -> None:
         self.cfg = cfg
         self.space = space
-        self.hosts = [h.name if hasattr(h, "name") else str(h) for h in hosts]
+        self.host_names = [h.name if hasattr(h, "name") else str(h) for h in hosts]
+        self.hosts = [h if hasattr(h, "name") else SimpleNamespace(name=str(h)) for h in hosts]
         self.executor = executor
         self.study = study
         self.progress = progress
         self.launches = 0
         self.stopping = False
+        self.confirming = True  # the live display shows confirmation relaunches, not trials
+        self.min_df = MIN_DF
+        self.t0 = time.time()
+        self.active: dict[int, Any] = {}  # number -> (item, host), with .candidate for the display
+        self.host_phase: dict[str, tuple[str, int | None, float]] = {}
+        self.quarantined: set[str] = set()
+        self.left = 0  # launches still planned (this round, and the rounds a fixed design has left)
+        self.planned = 0
+        boot, bench = _measured_times(study)
+        self.per_launch_s = None if boot is None else boot + (bench or 0.0)
 
     def say(self, text: str) -> None:
         if self.progress is not None:
             self.progress.note(self, text)
 
+    # the live display's view of a driver
+    def launched(self) -> int:
+        return self.launches
+
+    def budget_left(self) -> int:
+        return self.left
+
+    def eta_s(self) -> float | None:
+        """The launches still planned, side by side on the hosts; sequential: this round's (one more round is
+        possible until the verdict is decided, which the display cannot know)."""
+        if self.per_launch_s is None:
+            return None
+        return self.per_launch_s * -(-self.left // max(1, len(self.host_names)))
+
     # ------------------------------------------------------------------ plan
     def plan(self, rounds: int, top: int) -> tuple[dict[str, Any], list[Any]]:
-        """The arms (baseline first, then the study's best ``top``) and their candidates."""
+        """The arms (baseline first, then the study's best ``top``) and their candidates. The plan's id does not
+        depend on ``rounds``: asking for more rounds later adds to the runs already made."""
+        sequential = self.cfg.confirm.sequential
         arms: list[dict[str, Any]] = []
         cands: list[Any] = []
         trials = self.study.get_trials(deepcopy=False)
@@ -155,6 +204,15 @@ class Confirmer:
         )
         if self.space.model.baseline:
             c = self.space.baseline()
+            evidence: list[float] = []
+            if sequential and base is not None:  # the baseline is launched first, never selected: unbiased
+                from .study.relaunch import runs as relaunch_runs
+
+                evidence = [float(base.value)] + [  # type: ignore[arg-type]
+                    float(r["tok_per_s"])
+                    for r in relaunch_runs(self.study)
+                    if r.get("status") == "complete" and r.get("tok_per_s")
+                ]
             arms.append(
                 {
                     "label": "baseline",
@@ -163,10 +221,11 @@ class Confirmer:
                     "cost": [0, 0, 0],
                     "baseline": True,
                     "study_tok_per_s": None if base is None else base.value,
+                    "evidence": evidence,
                 }
             )
             cands.append(c)
-        for t in candidates(self.study, top):
+        for k, t in enumerate(candidates(self.study, top)):
             c = self.space.candidate(t.params)
             arms.append(
                 {
@@ -176,11 +235,14 @@ class Confirmer:
                     "cost": list(arm_cost(c.flags)),
                     "baseline": False,
                     "study_tok_per_s": t.value,
+                    # the study's best was selected for its launch being the highest: left out of its estimate
+                    "selected": k == 0,
+                    "evidence": [float(t.value)] if sequential and k > 0 else [],  # type: ignore[arg-type]
                 }
             )
             cands.append(c)
-        ident = hashlib.sha1(json.dumps([arms, rounds], sort_keys=True, default=str).encode()).hexdigest()[:12]
-        return {"id": ident, "rounds": rounds, "arms": arms}, cands
+        ident = hashlib.sha1(json.dumps(arms, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return {"id": ident, "rounds": rounds, "sequential": sequential, "arms": arms}, cands
 
     # ------------------------------------------------------------------ run
     def run(self, rounds: int, top: int) -> Verdict | None:
@@ -188,65 +250,183 @@ class Confirmer:
         if len([a for a in plan["arms"] if not a["baseline"]]) == 0:
             self.say("confirmation: no completed configuration to confirm")
             return None
-        if self.study.user_attrs.get(PLAN_ATTR, {}).get("id") != plan["id"]:
+        stored = self.study.user_attrs.get(PLAN_ATTR)
+        if not isinstance(stored, dict) or stored.get("id") != plan["id"] or stored.get("rounds") != rounds:
             self.study.set_user_attr(PLAN_ATTR, plan)
+        self.left = len(plan["arms"])  # a round's worth at most, until the round is planned
+        if self.progress is not None:
+            self.progress.start(self)
+        try:
+            if plan["sequential"]:
+                verdict = self._sequential(plan, cands, rounds)
+            else:
+                verdict = self._fixed(plan, cands, rounds)
+        finally:
+            self.left = 0
+            if self.progress is not None:
+                self.progress.stop(self)
+        return self._finish(plan, rounds, verdict)
+
+    def _fixed(self, plan: dict[str, Any], cands: list[Any], rounds: int) -> Verdict:
         done = {(r["round"], r["arm"]) for r in runs_of(self.study, plan["id"]) if r.get("status") == "complete"}
-        seq0 = len([k for k in self.study.user_attrs if k.startswith(RUN_PREFIX)])
         todo = [
             Item(seq=0, round=r, arm=i) for r in range(rounds) for i in range(len(plan["arms"])) if (r, i) not in done
         ]
-        for n, it in enumerate(todo):
-            it.seq = seq0 + n
         total = rounds * len(plan["arms"])
         labels = ", ".join(a["label"] for a in plan["arms"])
         self.say(
             f"confirmation: {total} launches ({rounds} rounds of {labels}), outside the study's launch budget"
             + (f"; {total - len(todo)} already done" if len(todo) < total else "")
         )
+        self._launch(plan, cands, todo, rounds, finished=total - len(todo), total=total)
+        return decide(arms_from(self.study))
+
+    def _sequential(self, plan: dict[str, Any], cands: list[Any], rounds: int) -> Verdict:
+        ident = hostnoise.study_identity(self.study)
+        if ident is not None:  # a study from before the host's noise was stored: take it now
+            hostnoise.adopt(self.study, self.cfg.studies_dir, ident)
+        prior, prior_text = hostnoise.prior(self.study)
+        # a stated prior alone decides nothing: on a host whose noise is not known, the launches must have measured
+        # it (MIN_DF degrees of freedom) before a comparison is settled; a known host's stored noise is enough
+        self.min_df = 0 if isinstance(self.study.user_attrs.get(hostnoise.HOST_NOISE), dict) else MIN_DF
+        margin = self.cfg.confirm.margin_pct / 100.0
+        done_runs = runs_of(self.study, plan["id"])
+        next_round = 1 + max((int(r["round"]) for r in done_runs), default=-1)
+        self.say(
+            f"confirmation: up to {rounds} rounds, each relaunching only the configurations still in question, "
+            f"stopping once the verdict is decided at 95 % (outside the study's launch budget); "
+            f"launch noise from {prior_text}" + (f"; {len(done_runs)} relaunches already done" if done_runs else "")
+        )
+        for r in range(next_round, rounds):
+            if self.stopping:
+                break
+            todo_arms = self._open_arms(plan, prior, margin, first=r == 0 or not done_runs, more=rounds - r)
+            if not todo_arms:
+                break
+            labels = ", ".join(plan["arms"][i]["label"] for i in todo_arms)
+            self.say(f"confirmation round {r + 1}/{rounds}: {labels}")
+            todo = [Item(seq=0, round=r, arm=i) for i in todo_arms]
+            self._launch(plan, cands, todo, rounds, finished=0, total=len(todo))
+            done_runs = runs_of(self.study, plan["id"])
+        done_rounds = 1 + max((int(x["round"]) for x in done_runs), default=-1)
+        more = 0 if self.stopping else rounds - done_rounds
+        return decide(arms_from(self.study), prior=prior, margin=margin, paired=False, more=more, min_df=self.min_df)
+
+    def _open_arms(
+        self, plan: dict[str, Any], prior: tuple[float, int], margin: float, first: bool, more: int
+    ) -> list[int]:
+        """The arms of the next round: those in a comparison not yet settled. For this choice only, the study's
+        best counts its own (selected) launch until it has been relaunched; it is always in the first round."""
+        arms = arms_from(self.study)
+        for a, spec in zip(arms, plan["arms"]):
+            if spec.get("selected") and not a.runs and spec.get("study_tok_per_s"):
+                a.evidence = [float(spec["study_tok_per_s"])]
+        v = decide(arms, prior=prior, margin=margin, paired=False, more=more, min_df=self.min_df)
+        out = [arms.index(a) for a in v.open]
+        selected = next((i for i, spec in enumerate(plan["arms"]) if spec.get("selected")), None)
+        if first and selected is not None and not arms[selected].runs and selected not in out:
+            out.insert(0, selected)
+        return sorted(out)
+
+    def _launch(
+        self, plan: dict[str, Any], cands: list[Any], todo: list[Item], rounds: int, *, finished: int, total: int
+    ) -> None:
+        """Run ``todo`` side by side on the idle hosts; a host fault runs the item again (twice at most)."""
+        seq0 = len([k for k in self.study.user_attrs if k.startswith(RUN_PREFIX)])
+        for n, it in enumerate(todo):
+            it.seq = seq0 + n
         pending = list(todo)
-        active: dict[int, tuple[Item, str]] = {}
+        self.left = len(pending)
         busy: set[str] = set()
-        finished = total - len(todo)
-        while (pending or active) and not self.stopping:
-            for host in [h for h in self.hosts if h not in busy]:
+        while (pending or self.active) and not self.stopping:
+            for host in [h for h in self.host_names if h not in busy]:
                 if not pending:
                     break
                 it = pending.pop(0)
                 spec = self._spec(it, plan, cands[it.arm])
-                active[spec.number] = (it, host)
+                self.active[spec.number] = SimpleNamespace(item=it, host=host, candidate=cands[it.arm])
                 busy.add(host)
+                self.host_phase[host] = ("starting", spec.number, time.time())
                 self.executor.submit(host, spec)
             try:
                 ev = self.executor.events.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if not isinstance(ev, TrialResult) or ev.trial not in active:
+            if isinstance(ev, PhaseEvent) and ev.trial in self.active:
+                self.host_phase[ev.host] = (ev.phase, ev.trial, time.time())
+            if (
+                self.progress is not None
+                and getattr(ev, "trial", None) in self.active
+                and not isinstance(ev, TrialResult)
+            ):
+                self.progress.event(self, ev)
+            if not isinstance(ev, TrialResult) or ev.trial not in self.active:
                 continue
-            it, host = active.pop(ev.trial)
+            a = self.active.pop(ev.trial)
+            it, host = a.item, a.host
             busy.discard(host)
+            self.host_phase[host] = ("idle", None, time.time())
             if ev.status == "host_fault" and it.retries < MAX_HOST_RETRIES:
                 it.retries += 1
                 pending.insert(0, it)
                 self.say(f"confirmation: host fault on {host} ({ev.reason}); run again")
                 continue
             finished += 1
+            self.left = len(pending) + len(self.active)
             self._record(it, plan, host, ev)
+            if self.progress is not None:
+                self.progress.event(self, ev)  # after the record: the display counts this launch
             arm = plan["arms"][it.arm]
             value = ev.metrics.get(R.TOK_PER_S) if ev.status == "complete" else None
             self.say(
                 f"confirmation {finished}/{total} (round {it.round + 1}/{rounds}) [{host}]: {arm['label']} "
                 + (f"{value:.1f} tok/s" if isinstance(value, (int, float)) else f"{ev.status} {ev.reason}".strip())
             )
-        verdict = decide(arms_from(self.study))
+
+    def _finish(self, plan: dict[str, Any], rounds: int, verdict: Verdict) -> Verdict:
+        runs = runs_of(self.study, plan["id"])
+        done_rounds = 1 + max((int(r["round"]) for r in runs), default=-1)
+        if plan["sequential"]:
+            if verdict.decided is not None:
+                verdict.lines.append(
+                    f"decided at 95 % after {done_rounds} round(s), {len(runs)} relaunch(es): "
+                    + {
+                        "winner": "a significant winner",
+                        "equivalent": f"the others are not faster by {verdict.margin:.0%} or more (equivalent)",
+                        "no gain": f"no gain over the baseline of {verdict.margin:.0%} or more",
+                    }[verdict.decided]
+                )
+            else:
+                undecided = [a for a in [*verdict.open, *verdict.apart] if a is not verdict.winner]
+                others = [a.label for a in undecided if not a.baseline]
+                what = []
+                if others:
+                    winner = verdict.winner.label if verdict.winner else "the best"
+                    what.append(f"{winner} and {', '.join(others)} could not be told apart")
+                if any(a.baseline for a in undecided):
+                    what.append(f"the gain over the baseline (below {verdict.margin:.0%} or above 0) is not decided")
+                verdict.lines.append(
+                    f"not decided at 95 % after {done_rounds} round(s): {'; '.join(what)} within {rounds} rounds "
+                    "(confirm.rounds) at this noise; more rounds (confirm --confirm-rounds N) add to these"
+                )
         result = verdict.as_dict()
         result["plan"] = plan["id"]
-        result["rounds"] = rounds
-        result["launches"] = len([r for r in runs_of(self.study, plan["id"])])
+        result["rounds"] = done_rounds
+        result["rounds_max"] = rounds
+        result["sequential"] = plan["sequential"]
+        result["launches"] = len(runs)
         self.study.set_user_attr(RESULT_ATTR, result)
         if verdict.noise is not None:
             self.study.set_user_attr(
                 NOISE_ATTR, {"sigma": verdict.noise, "df": verdict.noise_df, "source": "confirmation"}
             )
+            ident = hostnoise.study_identity(self.study)
+            if ident is not None:
+                try:
+                    path = hostnoise.save(self.cfg.studies_dir, ident, self.cfg.study, verdict.noise, verdict.noise_df)
+                    verdict.lines.append(f"host noise stored for the next study on this host: {path}")
+                except OSError as exc:
+                    self.say(f"host noise not stored: {exc}")
         for line in verdict.lines:
             self.say(line)
         try:
@@ -298,3 +478,9 @@ class Confirmer:
             "t_end": ev.t_end or time.time(),
         }
         self.study.set_user_attr(f"{RUN_PREFIX}{it.seq:04d}", run)
+
+
+def _measured_times(study: optuna.Study) -> tuple[float | None, float | None]:
+    from .dryrun import measured_times
+
+    return measured_times(study)

@@ -21,6 +21,13 @@ from .sglang.logs import SHUTDOWN_S
 from .space import SearchSpace
 from .study import records as R
 
+#: Where benchmarks/answer.py's studies stopped themselves: the median launches of the search and the median
+#: confirmation relaunches on the Kimi profile at 3 % launch noise, one new host, the default stop rule (2 %) and
+#: confirm {rounds: 3, top: 2} (docs/answer.md, 2026-12-03): what the dry run and the ETA expect before a study has
+#: measured anything of its own.
+EXPECTED_STOP_LAUNCHES = 17
+EXPECTED_CONFIRM_RELAUNCHES = 6
+
 CHECK_NAMES = {
     "sglang_startup": "SGLang's start-up rules",
     "sglang_tree_limit": "SGLang's runtime tree limit",
@@ -43,13 +50,27 @@ class DryRun:
     levels: list[int] = field(default_factory=list)
     objective: str = ""
     limits: list[str] = field(default_factory=list)
+    stop_pct: float | None = None  # the stop rule's threshold (per cent); None: the search spends its budget
+    stop_note: str = ""
+    expected_launches: int = 0  # where the search is expected to stop (the budget without a stop rule)
+    confirm_max: int = 0  # confirmation relaunches at most (rounds x configurations)
+    confirm_expected: int = 0
+    confirm_text: str = ""
+
+    def _time(self, launches: int, relaunches: int) -> float | None:
+        if self.boot_s is None or self.bench_s is None:
+            return None
+        per = self.boot_s + self.bench_s + SHUTDOWN_S
+        return (-(-launches // max(1, self.hosts)) + -(-relaunches // max(1, self.hosts))) * per
 
     @property
     def wall_s(self) -> float | None:
-        if self.boot_s is None or self.bench_s is None:
-            return None
-        rounds = -(-self.launches // max(1, self.hosts))
-        return rounds * (self.boot_s + self.bench_s + SHUTDOWN_S)
+        """At most: the whole budget, then every confirmation round."""
+        return self._time(self.launches, self.confirm_max)
+
+    @property
+    def expected_wall_s(self) -> float | None:
+        return self._time(self.expected_launches, self.confirm_expected)
 
     def lines(self) -> list[str]:
         out = [
@@ -65,17 +86,24 @@ class DryRun:
             out.append(f"load levels per boot: {self.levels}; objective: {self.objective}")
         for text in self.limits:
             out.append(f"latency limit {text}")
-        out.append(f"budget: {self.launches} launches on {self.hosts} host(s)")
+        out.append(f"budget: {self.launches} launches on {self.hosts} host(s)" + self.stop_note)
+        if self.confirm_text:
+            out.append(self.confirm_text)
         if self.wall_s is None:
             out.append(
                 "estimated wall-clock: unknown (no boot/benchmark time measured yet; give --boot-s and --bench-s)"
             )
         else:
             out.append(
-                f"estimated wall-clock: {_duration(self.wall_s)} "
-                f"(boot {self.boot_s:.0f} s + benchmark {self.bench_s:.0f} s + stop {SHUTDOWN_S:.1f} s per launch, "
-                f"{self.times_from})"
+                f"estimated wall-clock: {_duration(self.wall_s)} at most ({self.launches} launches + "
+                f"{self.confirm_max} confirmation relaunches; boot {self.boot_s:.0f} s + benchmark "
+                f"{self.bench_s:.0f} s + stop {SHUTDOWN_S:.1f} s each, {self.times_from})"
             )
+            if (self.expected_launches, self.confirm_expected) != (self.launches, self.confirm_max):
+                out.append(
+                    f"expected: {_duration(self.expected_wall_s)} ({self.expected_launches} launches until the search "
+                    f"stops itself + about {self.confirm_expected} confirmation relaunches; docs/answer.md)"
+                )
         if self.first:
             out.append(f"first {len(self.first)} launches:")
             out.extend(f"  {i + 1:>2}. {c}" for i, c in enumerate(self.first))
@@ -152,9 +180,49 @@ def dry_run(
     plan = cfg.plan()
     if plan.multi_level or plan.limits:
         d.levels, d.objective, d.limits = plan.levels, plan.describe(), plan.limit_text()
+    _stop_and_confirm(d, cfg, space, done)
     if first_launches is not None:
         d.first = first_launches(min(show_first, d.launches))
     return d
+
+
+def _stop_and_confirm(d: DryRun, cfg: StudyConfig, space: SearchSpace, done: int) -> None:
+    """Where the search is expected to stop, and what the confirmation adds (at most and expected)."""
+    from .samplers import stop_below_gain
+
+    structured = cfg.sampler.name == "structured" and not cfg.plan().pareto
+    stop = stop_below_gain(cfg) if structured else None
+    d.expected_launches = d.launches
+    if stop is None:
+        d.stop_note = (
+            f" (sampler {cfg.sampler.name} has no stop rule: the search spends its budget)"
+            if not structured
+            else " (budget.stop_below_gain_pct is null: the search spends its budget)"
+        )
+    else:
+        d.stop_pct = stop * 100
+        d.expected_launches = min(d.launches, max(0, EXPECTED_STOP_LAUNCHES - done))
+        d.stop_note = (
+            f", a ceiling: the search stops itself once another launch is expected to gain less than {stop:.1%}"
+        )
+    c = cfg.confirm
+    if c.rounds <= 0:
+        d.confirm_text = "confirmation: off (confirm.rounds 0)"
+        return
+    arms = c.top + (1 if space.model.baseline else 0)
+    d.confirm_max = c.rounds * arms
+    if c.sequential:
+        d.confirm_expected = min(d.confirm_max, EXPECTED_CONFIRM_RELAUNCHES)
+        d.confirm_text = (
+            f"confirmation: up to {c.rounds} rounds of the baseline and the best {c.top}, at most {d.confirm_max} "
+            "relaunches; each round relaunches only the configurations still in question and the rounds stop once "
+            "the verdict is decided at 95 %"
+        )
+    else:
+        d.confirm_expected = d.confirm_max
+        d.confirm_text = (
+            f"confirmation: {c.rounds} rounds of the baseline and the best {c.top}: {d.confirm_max} relaunches"
+        )
 
 
 def describe(d: DryRun, printer: Callable[[str], Any] = print) -> None:

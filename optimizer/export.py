@@ -59,6 +59,7 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "best": None,
         "confirmation": confirmation,
         "launch_noise": attrs.get(R.LAUNCH_NOISE),
+        "search_stop": attrs.get(R.SEARCH_STOP),  # why the search stopped, what one more launch was expected to gain
         "alarms": {str(n): [a.as_dict() for a in found] for n, found in study_alarms(study).items()},
         "greedy_unchecked": {
             str(t.number): note

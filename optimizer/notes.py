@@ -298,9 +298,12 @@ def study_note_markdown(study: optuna.Study) -> str:
         lines += ["No feasible trial yet.", ""]
     if base:
         lines += [f"**Baseline** (no speculation): {float(base):.1f} tok/s", ""]
+    stop = study.user_attrs.get(R.SEARCH_STOP)
+    if isinstance(stop, Mapping) and stop.get("text"):
+        lines += [f"**Stopped:** {stop['text']}", ""]
     confirmation = study.user_attrs.get(R.CONFIRM_RESULT)
     if isinstance(confirmation, Mapping) and confirmation.get("verdict"):
-        lines += [f"### Confirmation ({confirmation.get('launches', '?')} relaunches, interleaved)", ""]
+        lines += [f"### Confirmation ({confirmation.get('launches', '?')} relaunches)", ""]
         lines += [f"- {line}" for line in confirmation["verdict"]] + [""]
     noise = study.user_attrs.get(R.LAUNCH_NOISE)
     if isinstance(noise, Mapping) and isinstance(noise.get("sigma"), (int, float)) and not confirmation:

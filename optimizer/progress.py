@@ -69,6 +69,9 @@ class Progress:
         self.print = printer
 
     def start(self, driver: Driver) -> None:
+        if getattr(driver, "confirming", False):
+            self.print(f"study {driver.cfg.study}: confirmation on {len(driver.hosts)} host(s)")
+            return
         self.print(
             f"study {driver.cfg.study}: {driver.budget_left()} launches left on "
             f"{len(driver.hosts)} host(s); storage {driver.cfg.storage_url}"
@@ -132,6 +135,7 @@ class Snapshot:
     quarantined: frozenset[str] = frozenset()
     hosts: tuple[str, ...] = ()
     stopping: bool = False
+    confirming: bool = False  # the table runs on through the confirmation (optimizer.confirm.Confirmer)
 
 
 class RichProgress(Progress):
@@ -151,9 +155,9 @@ class RichProgress(Progress):
         self.driver = driver
         self.t0 = getattr(driver, "t0", time.time())
         self._update(driver)
+        head = "confirmation" if self.snap.confirming else f"{self.snap.left} launch(es) left"
         self.console.print(
-            f"study [bold]{driver.cfg.study}[/]: {self.snap.left} launch(es) left on "
-            f"{len(driver.hosts)} host(s); storage {driver.cfg.storage_url}",
+            f"study [bold]{driver.cfg.study}[/]: {head} on {len(driver.hosts)} host(s); storage {driver.cfg.storage_url}",
             highlight=False,
         )
         self.live = Live(
@@ -233,9 +237,10 @@ class RichProgress(Progress):
         s.hosts = tuple(h.name for h in driver.hosts)
         s.quarantined = frozenset(getattr(driver, "quarantined", ()))
         s.stopping = bool(getattr(driver, "stopping", False))
-        s.budget = int(driver.cfg.budget.trials)
+        s.confirming = bool(getattr(driver, "confirming", False))
         s.launched = driver.launched()
         s.left = driver.budget_left()
+        s.budget = s.launched + s.left if s.confirming else int(driver.cfg.budget.trials)
         s.eta_s, s.eta_at = driver.eta_s(), time.time()
         for number in list(getattr(driver, "active", {})):
             self._remember_config(driver, number)
@@ -305,7 +310,8 @@ class RichProgress(Progress):
         counts = "  ".join(f"{n} {k}" for k, n in sorted(s.counts.items()))
         eta = None if s.eta_s is None else max(0.0, s.eta_s - (now - s.eta_at))
         status = Text()
-        status.append(f"trials: {s.launched} launched, {s.left} left of {s.budget}")
+        what = "confirmation relaunches" if s.confirming else "trials"
+        status.append(f"{what}: {s.launched} launched, {s.left} left of {s.budget}")
         if counts:
             status.append(f"  ({counts})", style="dim")
         status.append(f"   elapsed {fmt_duration(now - self.t0)}")

@@ -10,7 +10,7 @@
       dist_init_timeout_s: 300                           # a NCCL init hang ends here, not at the boot timeout
     hosts: hosts.yaml                                    # default: one local host
     workload: {concurrency: 1, max_tokens: 256, chunks: 4, requests_per_chunk: 8}
-    budget: {trials: 30, time_s: 28800}
+    budget: {trials: 30, time_s: 28800, stop_below_gain_pct: 2.0}
     sampler: {name: tpe, seed: 0}
     pruner: {name: wilcoxon}
 """
@@ -65,18 +65,38 @@ class ServerConfig(_Strict):
         return "optimizer.sim" in self.command
 
 
+#: The search stops by itself once another launch is expected to gain less than this (per cent of the best).
+STOP_BELOW_GAIN_PCT = 2.0
+
+
 class BudgetConfig(_Strict):
+    """``trials`` and ``time_s`` are ceilings; with the structured sampler the search stops before them once the
+    model expects less than ``stop_below_gain_pct`` per cent from the best configuration left (null: never)."""
+
     trials: int = Field(default=12, ge=1, le=100000)
     time_s: float | None = Field(default=None, gt=0)
+    stop_below_gain_pct: float | None = STOP_BELOW_GAIN_PCT
+
+    @field_validator("stop_below_gain_pct", mode="before")
+    @classmethod
+    def _a_per_cent(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 100:
+            raise ValueError(
+                f"must be a per cent above 0 and below 100 (2.0 means: stop once another launch is expected to gain "
+                f"less than 2 %), or null to spend the whole budget; got {v!r}"
+            )
+        return float(v)
 
 
 class SamplerConfig(_Strict):
     name: Literal["structured", "tpe", "random", "tpe-plain"] = "structured"
     seed: int = 0
     n_startup_trials: int = Field(default=4, ge=0)
-    #: structured sampler only: stop launching once the best expected gain of any configuration left has been below
-    #: this fraction of the best tok/s for CONFIDENT_ASKS asks in a row (the model is confident nothing better is
-    #: left); None = spend the whole budget
+    #: structured sampler only, as a fraction (0.02 = 2 %): overrides ``budget.stop_below_gain_pct``, the study
+    #: file's place for it (stop once the best expected gain of any configuration left has been below it for
+    #: CONFIDENT_ASKS asks in a row); None = take ``budget.stop_below_gain_pct``
     stop_below_gain: float | None = Field(default=None, gt=0, lt=1)
     #: structured sampler only: learn how much the communication settings matter instead of assuming they matter a
     #: little (see optimizer/samplers/throughput_model.py). "auto": while a launch's log has shown that SGLang found
@@ -109,8 +129,15 @@ class ConfirmConfig(_Strict):
     """After the study: relaunch the baseline and the ``top`` best configurations ``rounds`` times each,
     interleaved, and export the winner that holds up (0 rounds: off). These launches are not in budget.trials."""
 
+    #: the most rounds (a ceiling when ``sequential``)
     rounds: int = Field(default=0, ge=0, le=100)
     top: int = Field(default=2, ge=1, le=20)
+    #: Stop after the round that decides the verdict at 95 % (a significant winner, equivalence within
+    #: ``margin_pct``, or no gain worth it), count the search's own launches, relaunch only configurations the data
+    #: cannot already separate (``optimizer/confirm.py``); false: every round relaunches every configuration.
+    sequential: bool = True
+    #: configurations within this many per cent are equivalent (the cheaper is exported)
+    margin_pct: float = Field(default=2.0, gt=0, lt=50)
     #: Relaunch the baseline this many times right after it completes, so the pruner knows the noise between
     #: launches from early on (each is one more restart, not in budget.trials; 0: only a confirmation measures it).
     baseline_relaunches: int = Field(default=0, ge=0, le=20)

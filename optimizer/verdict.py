@@ -10,6 +10,17 @@ Confirmation relaunches each configuration (and the baseline) ``n`` times, inter
   equivalent to it form the top group, and the cheapest of that group (fewer steps, then fewer draft tokens, then
   smaller topk) is the confirmed winner;
 - the launch-to-launch noise is the pooled within-configuration spread of log tok/s over all relaunches.
+
+A sequential confirmation (``optimizer.confirm``) also counts the search's own launches (``Arm.evidence``: the
+baseline's, and those of configurations that were not the study's best; the best's single launch was selected for
+being the highest and is left out, so its estimate is not biased upwards), pools the noise with a prior (the
+host's stored noise, or a stated prior where nothing is known: ``NOISE_PRIOR``), compares configurations unpaired
+(``diff``), and stops as soon as every comparison is *settled* at the stated confidence (one-sided):
+
+- the winner W against each other configuration C: C is not better than W by ``margin`` or more
+  (upper bound of log C - log W below log(1 + margin)): W is the significant winner, or equivalent within it;
+- the winner against the baseline: a significant gain (lower bound above 0) or no gain worth having (upper bound
+  below log(1 + margin)).
 """
 
 from __future__ import annotations
@@ -23,6 +34,10 @@ from typing import Any
 from scipy import stats as _st
 
 CONFIDENCE = 0.95
+#: What a confirmation assumes of the launch-to-launch noise where the host's is not known: one sigma of log tok/s
+#: and the degrees of freedom it weighs as (a few launches' worth: measured data soon outweighs it). Steady
+#: machines show 1-3 %, others 15-30 % (issue 15): 5 % is on the cautious side of a steady one.
+NOISE_PRIOR = (0.05, 2)
 #: Among equivalent configurations, the cheapest one whose mean is within this fraction of the fastest's wins.
 PREFER_CHEAPER_WITHIN = 0.02
 
@@ -69,14 +84,21 @@ class Arm:
     baseline: bool = False
     runs: dict[int, float] = field(default_factory=dict)
     study_tok_per_s: float | None = None  # what the study measured in its single launch
+    #: the search's own launches counted as evidence (not the selected best's: see the module docstring)
+    evidence: list[float] = field(default_factory=list)
 
     #: the launch noise pooled over every arm of the confirmation (sigma, df), set by ``decide``: with a few
     #: launches per arm, one arm's own spread is a poor estimate (t(2) = 4.3), the pooled one a far better one
     pooled: tuple[float, int] | None = None
 
     @property
+    def values(self) -> list[float]:
+        """Every launch counted: the search's (``evidence``) and the confirmation's, in round order."""
+        return [*self.evidence, *(self.runs[r] for r in sorted(self.runs))]
+
+    @property
     def tok_per_s(self) -> Interval:
-        logs = [math.log(v) for v in self.runs.values() if v > 0]
+        logs = [math.log(v) for v in self.values if v > 0]
         if self.pooled is None or not logs or self.pooled[1] < 2:
             return t_interval(logs)
         sigma, df = self.pooled
@@ -95,12 +117,93 @@ def launch_noise(arms: Sequence[Arm]) -> tuple[float | None, int]:
     """Pooled within-configuration standard deviation of log tok/s across relaunches, and its degrees of freedom."""
     ss, df = 0.0, 0
     for a in arms:
-        logs = [math.log(v) for v in a.runs.values() if v > 0]
+        logs = [math.log(v) for v in a.values if v > 0]
         if len(logs) >= 2:
             m = statistics.fmean(logs)
             ss += sum((x - m) ** 2 for x in logs)
             df += len(logs) - 1
     return (math.sqrt(ss / df), df) if df else (None, 0)
+
+
+def pool(measured: tuple[float | None, int], prior: tuple[float, int] | None) -> tuple[float | None, int]:
+    """The measured noise pooled with a prior weighing ``prior[1]`` degrees of freedom."""
+    sigma, df = measured
+    if prior is None or prior[1] <= 0:
+        return sigma, df
+    ss = (sigma**2 * df if sigma is not None else 0.0) + prior[0] ** 2 * prior[1]
+    return math.sqrt(ss / (df + prior[1])), df + prior[1]
+
+
+def diff(a: Arm, b: Arm, confidence: float = CONFIDENCE) -> Interval:
+    """Unpaired: mean log tok/s of a minus b's, with the pooled noise (``Arm.pooled``) and a t-interval."""
+    la = [math.log(v) for v in a.values if v > 0]
+    lb = [math.log(v) for v in b.values if v > 0]
+    if not la or not lb:
+        return Interval(float("nan"), None, None, 0)
+    mean = statistics.fmean(la) - statistics.fmean(lb)
+    if a.pooled is None or a.pooled[1] < 1:
+        return Interval(mean, None, None, min(len(la), len(lb)))
+    sigma, df = a.pooled
+    half = float(_st.t.ppf(0.5 + confidence / 2, df)) * sigma * math.sqrt(1 / len(la) + 1 / len(lb))
+    return Interval(mean, mean - half, mean + half, min(len(la), len(lb)))
+
+
+def settle(
+    winner: Arm,
+    others: Sequence[Arm],
+    base: Arm | None,
+    margin: float,
+    confidence: float = CONFIDENCE,
+    more: int = 0,
+    can_settle: bool = True,
+) -> tuple[list[Arm], list[Arm], str | None]:
+    """Which comparisons with the winner are still open, which can no longer be settled, and what was decided.
+
+    Returns (open, apart, kind): ``open`` the arms worth another round (the winner first when any is), ``apart`` those
+    that ``more`` further launches each could not settle even if their means held (futility: the top
+    configurations cannot be told apart within the ceiling; with ``more`` 0, every comparison not settled), and
+    ``kind`` when every comparison is settled: "winner", "equivalent" or "no gain". One-sided bounds at
+    ``confidence``; the futility projection uses the normal quantile (it errs towards another round). With
+    ``can_settle`` false (the noise is not measured well enough yet) nothing is settled: every comparison is open
+    while launches are left."""
+    two = 2 * confidence - 1  # a two-sided interval at this level has one-sided bounds at ``confidence``
+    m = math.log(1 + margin)
+    z = float(_st.norm.ppf(confidence))
+    open_: list[Arm] = []
+    apart: list[Arm] = []
+    equivalent = False
+
+    def reachable(a: Arm, b: Arm, iv: Interval, lo_goal: float | None, hi_goal: float | None) -> bool:
+        if more <= 0 or a.pooled is None or not iv.n:
+            return False
+        na, nb = len(a.values) + more, len(b.values) + more
+        half = z * a.pooled[0] * math.sqrt(1 / na + 1 / nb)
+        return (hi_goal is not None and iv.mean + half < hi_goal) or (lo_goal is not None and iv.mean - half > lo_goal)
+
+    for c in others:
+        iv = diff(c, winner, two)
+        if not can_settle:
+            (open_ if more > 0 else apart).append(c)
+        elif iv.hi is not None and iv.hi < m:
+            equivalent = equivalent or iv.hi >= 0
+        elif reachable(c, winner, iv, 0.0, m):
+            open_.append(c)
+        else:
+            apart.append(c)
+    kind = "equivalent" if equivalent else "winner"
+    if base is not None and base.values:
+        g = diff(winner, base, two)
+        if not can_settle:
+            (open_ if more > 0 else apart).append(base)
+        elif g.lo is not None and g.lo > 0:
+            pass
+        elif g.hi is not None and g.hi < m:
+            kind = "no gain"
+        elif reachable(winner, base, g, 0.0, m):
+            open_.append(base)
+        else:
+            apart.append(base)
+    return ([winner, *open_] if open_ else []), apart, (None if open_ or apart else kind)
 
 
 @dataclass
@@ -114,12 +217,21 @@ class Verdict:
     noise: float | None
     noise_df: int
     lines: list[str]
+    paired: bool = True
+    #: sequential confirmation: the arms still in an open comparison (empty once decided) and what was decided
+    open: list[Arm] = field(default_factory=list)
+    apart: list[Arm] = field(default_factory=list)  # comparisons the rounds left could not settle
+    decided: str | None = None
+    margin: float = PREFER_CHEAPER_WITHIN
+
+    def gain_of(self, a: Arm, base: Arm) -> Interval:
+        return ratio(a, base) if self.paired else diff(a, base)
 
     def as_dict(self) -> dict[str, Any]:
         def arm(a: Arm) -> dict[str, Any]:
             iv = a.tok_per_s
             base = next((b for b in self.arms if b.baseline), None)
-            g = ratio(a, base) if base is not None and not a.baseline else None
+            g = self.gain_of(a, base) if base is not None and base.values and not a.baseline else None
             return {
                 "label": a.label,
                 "trial": a.trial,
@@ -144,6 +256,11 @@ class Verdict:
             "launch_noise_df": self.noise_df,
             "confidence": CONFIDENCE,
             "verdict": self.lines,
+            "decided": self.decided,
+            "undecided": [a.label for a in self.open],
+            "told_apart": False if self.apart or self.open else self.decided is not None,
+            "could_not_tell_apart": [a.label for a in self.apart],
+            "margin": self.margin,
         }
 
 
@@ -163,16 +280,34 @@ def _tps(iv: Interval) -> str:
     return f"{math.exp(iv.mean):.1f} tok/s (95% CI {math.exp(iv.lo):.1f}-{math.exp(iv.hi):.1f})"  # type: ignore[arg-type]
 
 
-def decide(arms: Sequence[Arm]) -> Verdict:
+def decide(
+    arms: Sequence[Arm],
+    *,
+    prior: tuple[float, int] | None = None,
+    margin: float = PREFER_CHEAPER_WITHIN,
+    paired: bool | None = None,
+    more: int = 0,
+    min_df: int = 0,
+) -> Verdict:
+    """The verdict on the runs so far. ``prior``: the noise assumed before any relaunch (sigma, df), pooled with
+    the measured; ``more``: the launches each configuration may still get (for
+    ``settle``'s futility rule); ``min_df``: the measured degrees of freedom of the noise below which
+    nothing is settled (a prior alone does not decide); ``paired``: gains from per-round ratios (the fixed interleaved design; default when no arm counts
+    the search's launches and no prior is given) or unpaired differences with the pooled noise."""
     arms = list(arms)
+    if paired is None:
+        paired = prior is None and not any(a.evidence for a in arms)
     base = next((a for a in arms if a.baseline), None)
-    cands = [a for a in arms if not a.baseline and a.runs]
+    cands = [a for a in arms if not a.baseline and a.values]
     noise, df = launch_noise(arms)
+    sigma, pooled_df = pool((noise, df), prior)
     for a in arms:
-        a.pooled = (noise, df) if noise is not None else None
+        a.pooled = (sigma, pooled_df) if sigma is not None else None
     lines: list[str] = []
     if not cands:
-        return Verdict(arms, None, None, [], None, None, noise, df, ["no configuration completed a confirmation run"])
+        return Verdict(
+            arms, None, None, [], None, None, noise, df, ["no configuration completed a confirmation run"], paired
+        )
     ranked = sorted(cands, key=lambda a: a.tok_per_s.mean, reverse=True)
     fastest = ranked[0]
     group = [fastest] + [a for a in ranked[1:] if a.tok_per_s.overlaps(fastest.tok_per_s)]
@@ -180,8 +315,17 @@ def decide(arms: Sequence[Arm]) -> Verdict:
     # launches "equivalent" spans several per cent, and a cheaper tree is no bargain at 5 % less speed.
     near = [a for a in group if a.tok_per_s.mean >= fastest.tok_per_s.mean + math.log(1 - PREFER_CHEAPER_WITHIN)]
     winner = min(near, key=lambda a: (a.cost, -a.tok_per_s.mean))
-    gain = ratio(winner, base) if base is not None and base.runs else None
+    has_base = base is not None and bool(base.values)
+    gain = (ratio(winner, base) if paired else diff(winner, base)) if has_base else None  # type: ignore[arg-type]
     significant = None if gain is None or not gain.known else (gain.lo > 0)  # type: ignore[operator]
+    open_, apart, decided = settle(
+        winner,
+        [a for a in cands if a is not winner],
+        base if has_base else None,
+        margin,
+        more=more,
+        can_settle=df >= min_df,
+    )
     lines.append(
         f"confirmed best: {winner.label} {winner.config}: {_tps(winner.tok_per_s)}, {winner.tok_per_s.n} launches"
     )
@@ -193,7 +337,7 @@ def decide(arms: Sequence[Arm]) -> Verdict:
             + f"; the cheapest ({winner.label}: {winner.cost[0]} steps, {winner.cost[1]} draft tokens) is exported"
         )
     elif len(ranked) > 1:
-        r = ratio(ranked[1], fastest)
+        r = ratio(ranked[1], fastest) if paired else diff(ranked[1], fastest)
         lines.append(f"runner-up {ranked[1].label} is slower: {_pct(r)}")
     if gain is None:
         lines.append("no baseline run completed: the gain is not known")
@@ -205,7 +349,9 @@ def decide(arms: Sequence[Arm]) -> Verdict:
         lines.append(f"no significant gain over the baseline: {_pct(gain)}")
     if noise is not None:
         lines.append(f"launch-to-launch noise {noise:.1%} (pooled over {df} degrees of freedom)")
-    return Verdict(arms, winner, fastest, group, gain, significant, noise, df, lines)
+    return Verdict(
+        arms, winner, fastest, group, gain, significant, noise, df, lines, paired, open_, apart, decided, margin
+    )
 
 
 def arm_cost(flags: Mapping[str, Any]) -> tuple[int, int, int]:

@@ -36,7 +36,9 @@ EAGLE3_S3 = {
 }
 
 
-def study_file(tmp_path: Path, initial: list[dict], noise: float, top: int, step_scale: float = 1.0) -> Path:
+def study_file(
+    tmp_path: Path, initial: list[dict], noise: float, top: int, step_scale: float = 1.0, sequential: bool = False
+) -> Path:
     (tmp_path / "space.yaml").write_text(yaml.safe_dump(SPACE))
     study = {
         "study": "confirm",
@@ -50,7 +52,9 @@ def study_file(tmp_path: Path, initial: list[dict], noise: float, top: int, step
         "budget": {"trials": 1 + len(initial)},
         "pruner": {"name": "none"},
         "initial": initial,
-        "confirm": {"rounds": 3, "top": top},
+        # these tests are of the fixed design (every round relaunches every configuration); test_confirm_sequential.py
+        # is of the sequential one
+        "confirm": {"rounds": 3, "top": top, "sequential": sequential},
     }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study))
@@ -119,6 +123,10 @@ def test_significant_gain_through_the_confirm_command(tmp_path, capsys):
     assert cli.main(["confirm", *args, "--confirm-rounds", "3"]) == 0
     assert "6 already done" in capsys.readouterr().out
     assert len([k for k in load(tmp_path).user_attrs if k.startswith(RUN_PREFIX)]) == 6
+    # a fourth round asked later adds one round to the three made (the plan does not depend on the rounds)
+    assert cli.main(["confirm", *args, "--confirm-rounds", "4"]) == 0
+    runs4 = runs_of(load(tmp_path), load(tmp_path).user_attrs[PLAN_ATTR]["id"])
+    assert len(runs4) == 8 and runs4[:6] == runs and [r["round"] for r in runs4[6:]] == [3, 3]
 
 
 def test_equivalent_pair_after_a_study(tmp_path, capsys):

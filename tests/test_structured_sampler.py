@@ -429,7 +429,8 @@ def test_study_stops_launching_when_the_model_is_confident():
         cfg = parse_study(
             {
                 "study": "confident",
-                "budget": {"trials": 12},
+                # without a threshold: none at all (budget.stop_below_gain_pct null), the whole budget is spent
+                "budget": {"trials": 12, **({} if stop else {"stop_below_gain_pct": None})},
                 "workload": {"max_tokens": 64, "chunks": 4, "requests_per_chunk": 2},
                 "sampler": sampler,
             },

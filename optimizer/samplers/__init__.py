@@ -27,7 +27,7 @@ def make_sampler(cfg: StudyConfig, space: SearchSpace | None = None) -> optuna.s
             concurrency=level,
             gpu_sm=cfg.gpu_sm,
             seed=s.seed,
-            stop_below_gain=s.stop_below_gain,
+            stop_below_gain=stop_below_gain(cfg),
             adaptive_settings=s.adaptive_settings,
         )
     if s.name == "random":
@@ -44,6 +44,14 @@ def make_sampler(cfg: StudyConfig, space: SearchSpace | None = None) -> optuna.s
             n_startup_trials=s.n_startup_trials,
             gamma=_gamma_with_baseline,
         )
+
+
+def stop_below_gain(cfg: StudyConfig) -> float | None:
+    """The stop rule's threshold as a fraction: ``sampler.stop_below_gain`` if set, else the budget's per cent."""
+    if cfg.sampler.stop_below_gain is not None:
+        return cfg.sampler.stop_below_gain
+    pct = cfg.budget.stop_below_gain_pct
+    return None if pct is None else pct / 100.0
 
 
 def _gamma_with_baseline(n: int) -> int:

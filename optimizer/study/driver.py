@@ -26,9 +26,11 @@ from ..executors import Executor
 from ..hosts.config import HostConfig
 from ..progress import Progress
 from ..redact import redact_text
+from ..samplers import stop_below_gain
 from ..settings import StudyConfig
 from ..space import SearchSpace
 from ..trial import TrialSpec
+from . import hostnoise
 from . import records as R
 from .recording import Recorder, stamp
 from .relaunch import BaselineRelaunches
@@ -68,6 +70,7 @@ class Driver:
         self.interrupts = 0
         self.idle_asks = 0
         self.search_settled = False  # the structured sampler is confident: no more launches
+        self.host_noise_checked = False
         self.boot_times: list[float] = []
         self.bench_times: list[float] = []
         self.plan = cfg.plan()  # load levels: their order per boot, which chunks are reported, the objective
@@ -104,12 +107,26 @@ class Driver:
         return self.cfg.budget.time_s is None or time.time() - self.t0 < self.cfg.budget.time_s
 
     def eta_s(self) -> float | None:
+        """Time to the answer: the launches left until the search is expected to stop (the budget when the
+        sampler has no stop rule; ``dryrun.EXPECTED_STOP_LAUNCHES`` with one, at least the launches running), then
+        the confirmation's expected relaunches."""
         if not self.boot_times:
             return None
+        from ..dryrun import EXPECTED_CONFIRM_RELAUNCHES, EXPECTED_STOP_LAUNCHES
+
         per_trial = sum(self.boot_times) / len(self.boot_times) + (
             sum(self.bench_times) / len(self.bench_times) if self.bench_times else 0.0
         )
-        return per_trial * (self.budget_left() / self.pool.usable())
+        left = self.budget_left()
+        if self.search_settled:
+            left = 0
+        elif hasattr(self.study.sampler, "confident") and stop_below_gain(self.cfg) is not None:
+            left = min(left, max(0, EXPECTED_STOP_LAUNCHES - self.launched() - len(self.active)))
+        confirm = 0
+        if self.cfg.confirm.rounds > 0:
+            arms = self.cfg.confirm.rounds * (self.cfg.confirm.top + 1)
+            confirm = min(arms, EXPECTED_CONFIRM_RELAUNCHES) if self.cfg.confirm.sequential else arms
+        return per_trial * ((left + confirm) / self.pool.usable())
 
     # ------------------------------------------------------------------ run
     def prepare(self) -> None:
@@ -126,6 +143,10 @@ class Driver:
             self.note(f"resumed: {requeued} interrupted trial(s) re-queued")
         reap_orphans(self.executor, self.note)
         self.warm = WarmStart(self.study, self.cfg, self.space)
+        if not hasattr(self.study.sampler, "confident"):
+            self.note(f"the {type(self.study.sampler).__name__} has no stop rule: the search spends its budget")
+        elif stop_below_gain(self.cfg) is None:
+            self.note("budget.stop_below_gain_pct is null: the search spends its budget")
 
     def run(self) -> optuna.Study:
         self.prepare()
@@ -168,6 +189,60 @@ class Driver:
                 continue
             self._handle(ev)
         self.record.fail_waiting("its original trial did not finish")
+        if not self.search_settled:
+            if self.stopping:
+                self._stopped("interrupted")
+            elif self.budget_left() <= 0:
+                self._stopped("budget")
+            elif not self.time_left():
+                self._stopped("time")
+            elif self.idle_asks >= MAX_IDLE_ASKS:
+                self._stopped("space")
+
+    def _store_relaunch_noise(self) -> None:
+        """The noise the baseline's relaunches measured, kept for the next study on this host."""
+        noise = self.study.user_attrs.get(R.LAUNCH_NOISE)
+        ident = hostnoise.study_identity(self.study)
+        if isinstance(noise, dict) and noise.get("source") == "baseline relaunches" and ident is not None:
+            try:
+                hostnoise.save(self.cfg.studies_dir, ident, self.cfg.study, noise["sigma"], int(noise["df"]))
+            except OSError as exc:
+                self.note(f"host noise not stored: {exc}")
+
+    def _stopped(self, reason: str) -> None:
+        """Say, and record on the study (``search:stop``), why the search stopped and what the model expected of
+        one more launch; the summary and the dashboard's note show it."""
+        gain = getattr(self.study.sampler, "last_expected_gain", None)
+        threshold = stop_below_gain(self.cfg) if hasattr(self.study.sampler, "confident") else None
+        expected = "" if gain is None else f"; the model expected {gain:.1%} from one more launch"
+        n = self.launched()
+        text = {
+            "confident": f"the search stopped itself after {n} launches: the model expects no configuration left to "
+            f"beat the best by {threshold or 0:.1%} (budget.stop_below_gain_pct){expected}; no more launches",
+            "budget": f"the search spent its budget of {self.cfg.budget.trials} launches{expected}",
+            "time": f"the search spent its time budget after {n} launches{expected}",
+            "space": f"the search ran out of configurations to launch after {n} launches",
+            "interrupted": f"the search was stopped by hand after {n} launches",
+        }[reason]
+        if threshold is None and reason == "budget":
+            text += f" (sampler {self.cfg.sampler.name} has no stop rule: only the structured sampler stops itself)"
+        self.study.set_user_attr(
+            R.SEARCH_STOP,
+            {
+                "reason": reason,
+                "text": text,
+                "launches": n,
+                "expected_gain": None if gain is None else round(float(gain), 5),
+                "threshold": threshold,
+            },
+        )
+        self.note(text)
+        try:
+            from ..notes import save_study_note
+
+            save_study_note(self.study)  # the dashboard's study note says why the search stopped
+        except Exception as exc:  # noqa: BLE001 - a note is a convenience, never a failure
+            self.note(f"study note not written: {exc}")
 
     def _fill_hosts(self) -> None:
         while self.pool.free():
@@ -187,10 +262,7 @@ class Driver:
                 if getattr(self.study.sampler, "confident", False):
                     if not self.search_settled:
                         self.search_settled = True
-                        self.note(
-                            "the model expects no configuration left to beat the best by "
-                            f"{self.cfg.sampler.stop_below_gain:.1%}: no more launches (sampler.stop_below_gain)"
-                        )
+                        self._stopped("confident")
                     return
                 a = self._ask()
                 if a is None:
@@ -285,6 +357,7 @@ class Driver:
             if isinstance(ev, TrialResult):
                 self.pool.release(ev.host, ev.trial)
                 self.note(self.relaunch.finish(ev))
+                self._store_relaunch_noise()
             return
         if isinstance(ev, PhaseEvent):
             self.host_phase[ev.host] = (ev.phase, ev.trial, ev.t)
@@ -334,3 +407,10 @@ class Driver:
             self.stopping = True
             self.note(f"{self.halted}; stopping before more launches are spent (fix it and run again to resume)")
             self.executor.cancel_all()
+        facts = (r.metrics or {}).get(R.HOST_FACTS)
+        if not self.host_noise_checked and isinstance(facts, dict):
+            self.host_noise_checked = True  # the first launch that reports its host: is the host's noise known?
+            ident = hostnoise.identity(r.host, facts, (r.metrics or {}).get(R.SERVER_VERSION))
+            line = hostnoise.adopt(self.study, self.cfg.studies_dir, ident)
+            if line:
+                self.note(line)

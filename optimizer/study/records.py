@@ -77,6 +77,8 @@ LAUNCH_NOISE_ESTIMATE = "search:launch_noise_estimate"  # the structured sampler
 CONFIRM_PLAN = "confirm:plan"  # the configurations a confirmation relaunches (optimizer.confirm)
 CONFIRM_RUN_PREFIX = "confirm:run:"  # confirm:run:NNNN, one relaunch each
 CONFIRM_RESULT = "confirm:result"  # the verdict (optimizer.verdict)
+#: why the search stopped: {reason, text, launches, expected_gain, threshold} (optimizer.study.driver)
+SEARCH_STOP = "search:stop"
 RELAUNCH_RUN_PREFIX = "relaunch:run:"  # relaunch:run:NNNN, the baseline relaunched during the study (relaunch.py)
 
 
