@@ -274,8 +274,10 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
     if not rows:
         return []
     total = summary["boot_total_s"] + summary["stop_total_s"]
-    out = [f"restarts: {summary['launches']} launches, {total:.0f} s (boot {summary['boot_total_s']:.0f} s, stop "
-           f"{summary['stop_total_s']:.0f} s)"]
+    out = [
+        f"restarts: {summary['launches']} launches, {total:.0f} s (boot {summary['boot_total_s']:.0f} s, stop "
+        f"{summary['stop_total_s']:.0f} s)"
+    ]
     for r in sorted(rows, key=lambda r: -r["total_s"])[:6]:
         share = 100 * r["total_s"] / total if total else 0.0
         out.append(f"  {r['label']}: {r['total_s']:.1f} s ({share:.0f} %), median {r['median_s']:.2f} s per launch")

@@ -122,7 +122,12 @@ def log_size(log_path: str | Path | None) -> int:
 
 
 def wait_group_gone(
-    pgid: int, timeout_s: float, *, fast_log: str | Path | None = None, offset: int = 0, poll: Callable[[], Any] | None = None
+    pgid: int,
+    timeout_s: float,
+    *,
+    fast_log: str | Path | None = None,
+    offset: int = 0,
+    poll: Callable[[], Any] | None = None,
 ) -> bool:
     """Wait up to ``timeout_s`` for the group to be gone after SIGTERM. With ``fast_log`` (the fast stop), SIGKILL
     the group as soon as that log shows the scheduler has exited. True when the group is gone."""

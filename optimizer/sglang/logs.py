@@ -149,7 +149,8 @@ class BootMarker:
 
     def feed(self, line: str) -> list[str]:
         out: list[str] = []
-        if "imports" not in self.seen and _FIRST_OUTPUT.search(line):
+        # the first line before the server args; a log that starts with them has no separate imports phase
+        if not self.seen and SERVER_ARGS not in line and _FIRST_OUTPUT.search(line):
             self._mark("imports", out)
         for name, needle in _SIMPLE_MARKS:
             if name not in self.seen and needle in line:
