@@ -100,7 +100,7 @@ BOOT_PHASE_LABELS: dict[str, str] = {
     "dist_init_end": "NCCL init",
     "weights_begin": "model init",
     "weights_loaded": "target weights",
-    "draft_weights_loaded": "draft weights",
+    "draft_weights_loaded": "draft model init and weights",
     "memory_pool": "KV cache",
     "cuda_graph_begin": "before graph capture",
     "graph_target_prefill": "graph: target prefill",
