@@ -23,7 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "studies" / "bench" / "results.json"
-SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level")
+SECTIONS = ("strategies", "loop", "hosts", "client", "accuracy", "e2e", "confirmation", "per_level", "boot")
 OPTIONAL = ("pcie",)  # run only when named in --only
 
 
@@ -339,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = section_e2e(work, args)
             elif name == "per_level":
                 results[name] = section_per_level(args)
+            elif name == "boot":  # wall-clock to the exported answer with and without the search boot
+                from benchmarks.boot import compare as boot_compare
+
+                results[name] = boot_compare(seeds=min(args.seeds, 5), log=log)
             elif name == "pcie":
                 results[name] = section_pcie()
             elif name == "confirmation":
