@@ -282,3 +282,34 @@ def summary_lines(summary: Mapping[str, Any]) -> list[str]:
         share = 100 * r["total_s"] / total if total else 0.0
         out.append(f"  {r['label']}: {r['total_s']:.1f} s ({share:.0f} %), median {r['median_s']:.2f} s per launch")
     return out
+
+
+def study_cycle_estimate(study: Any, search_boot: Any = None) -> tuple[float, float] | None:
+    """The dry run's restart estimate from a study's measured phases (None before any launch): ``estimate_cycle_s``
+    of its launched trials; with no stop measured, the stop the study's search boot would use."""
+    if study is None:
+        return None
+    summary = study_boot_summary(study.get_trials(deepcopy=False))
+    fast = bool(getattr(search_boot, "enabled", False) and getattr(search_boot, "fast_stop", False))
+    return estimate_cycle_s(summary, fast_stop=fast)
+
+
+def summary_html(summary: Mapping[str, Any]) -> str:
+    """The report's section: where the study's restarts went, phase by phase."""
+    import html
+
+    rows = summary.get("phases") or []
+    if not rows:
+        return ""
+    total = (summary["boot_total_s"] + summary["stop_total_s"]) or 1.0
+    body = "".join(
+        f"<tr><td>{html.escape(r['label'])}</td><td>{r['launches']}</td><td>{r['total_s']:.1f}</td>"
+        f"<td>{100 * r['total_s'] / total:.0f} %</td><td>{r['median_s']:.2f}</td></tr>"
+        for r in rows
+    )
+    return (
+        f"<h2>Where the restarts went</h2><p>{summary['launches']} launches: boot {summary['boot_total_s']:.0f} s, "
+        f"stop {summary['stop_total_s']:.0f} s (each phase from the previous boot mark of the server's log).</p>"
+        "<table><thead><tr><th>phase</th><th>launches</th><th>total s</th><th>share</th><th>median s</th></tr>"
+        f"</thead><tbody>{body}</tbody></table>"
+    )

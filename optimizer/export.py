@@ -23,6 +23,7 @@ import optuna
 import yaml
 
 from . import __version__
+from .boot import study_boot_summary
 from .candidate import Candidate
 from .levels import level_answers, pareto_front, study_plan
 from .redact import MASK, redact_mapping
@@ -57,6 +58,7 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "best": None,
         "confirmation": confirmation,
         "launch_noise": attrs.get(R.LAUNCH_NOISE),
+        "restarts": study_boot_summary(study.get_trials(deepcopy=False)),  # where the restarts went (boot.py)
         "alarms": {str(n): [a.as_dict() for a in found] for n, found in study_alarms(study).items()},
         "greedy_unchecked": {
             str(t.number): note

@@ -6,6 +6,7 @@ files); the fast stop on a real simulator process group; the simulator's boot wi
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -21,6 +22,8 @@ from test_sim_support import recordings_dir
 from optimizer import boot, cli
 from optimizer.hosts import _proc
 from optimizer.hosts.local import LocalHost
+from optimizer.notes import study_note_markdown
+from optimizer.report import write_report
 from optimizer.settings import parse_study
 from optimizer.sglang import logs
 from optimizer.sim.profiles import load_profile
@@ -249,6 +252,17 @@ def test_search_flags_reach_the_search_but_not_the_confirmation_or_the_export(tm
         assert 0 <= ua["stop_s"] < 5.0
     summary = boot.study_boot_summary(launched)
     assert summary["launches"] == 2 and summary["phases"][-1]["phase"] == "stop"
+    # summary.json, the report, the study's dashboard note and the dry run show where the restarts went
+    exported = json.loads((root / "summary.json").read_text())["restarts"]
+    assert [r["phase"] for r in exported["phases"]] == [r["phase"] for r in summary["phases"]]
+    write_report(st, root / "report.html")
+    assert "Where the restarts went" in (root / "report.html").read_text()
+    assert "restarts: 2 launches" in study_note_markdown(st)
+    assert cli.main(["optimize", "--config", str(path), "--dry-run", "--trials", "4"]) == 0
+    planned = capsys.readouterr().out
+    cycle = boot.study_cycle_estimate(st, parse_study(study).server.search_boot)
+    assert cycle is not None and cycle[1] < 5.0
+    assert f"stop {cycle[1]:.1f} s per launch" in planned, planned
 
 
 # ------------------------------------------------------------------------------------------ the fast stop
