@@ -268,10 +268,11 @@ def test_search_flags_reach_the_search_but_not_the_confirmation_or_the_export(tm
 # ------------------------------------------------------------------------------------------ the fast stop
 
 
-@pytest.mark.parametrize("fast", [False, True])
-def test_the_fast_stop_does_not_wait_out_the_diagnostics_sleep(tmp_path: Path, fast: bool) -> None:
+@pytest.mark.parametrize("fast", [False, True, "helper"])
+def test_the_fast_stop_does_not_wait_out_the_diagnostics_sleep(tmp_path: Path, fast: bool | str, capsys) -> None:
     """SGLang's launcher (the simulator's SIGTERM handler, as recorded) logs that it sleeps 5 s once the scheduler
-    is gone (1.5 s at this time scale): the fast stop SIGKILLs the group on that line."""
+    is gone (1.5 s at this time scale): the fast stop SIGKILLs the group on that line. ``helper``: the same through
+    the command the SSH host runs on the remote machine (``_proc.main stop ... <log>``)."""
     host = LocalHost("local", tmp_path / "state")
     argv = [sys.executable, "-m", "optimizer.sim", "--sim-profile", "llama-8b-dims-2x-h200", "--sim-time-scale", "0.3"]
     port = host.pick_port()
@@ -283,6 +284,10 @@ def test_the_fast_stop_does_not_wait_out_the_diagnostics_sleep(tmp_path: Path, f
         assert time.time() < deadline and server.returncode() is None
         time.sleep(0.05)
     t0 = time.monotonic()
+    if fast == "helper":
+        capsys.readouterr()
+        assert _proc.main(["stop", str(server.pgid), "30", "127.0.0.1", str(port), "30", str(log)]) == 0
+        assert json.loads(capsys.readouterr().out) == {"gone": True, "port_free": True}
     server.stop(30.0)
     took = time.monotonic() - t0
     text = log.read_text()
