@@ -338,3 +338,28 @@ def test_the_simulator_takes_the_search_boots_flags(tmp_path: Path) -> None:
         assert "warmup" not in ready.phases and "health" in ready.phases
     finally:
         server.stop(10.0)
+
+
+def test_the_gpu_ab_script_runs_on_the_simulator(tmp_path: Path) -> None:
+    """tools/gpu_run/boot_ab.py (what the lead runs on the H200) end to end, with the simulator as the server."""
+    import subprocess
+
+    out = tmp_path / "ab.json"
+    cmd = "{python} -m optimizer.sim --sim-profile llama-8b-dims-2x-h200 --sim-time-scale 0.02 --sim-step-scale 0.05"
+    subprocess.run(
+        [sys.executable, "tools/gpu_run/boot_ab.py", "--command", cmd, "--rounds", "1", "--warm", "0"]
+        + ["--work", str(tmp_path / "work"), "--out", str(out), "--chunks", "1"],
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        timeout=300,
+    )
+    res = json.loads(out.read_text())
+    runs = {r["arm"]: r for r in res["runs"]}
+    assert set(runs) == {"production", "search"} and all(r["status"] == "complete" for r in runs.values())
+    assert (
+        "--cuda-graph-bs-decode" in runs["search"]["argv"]
+        and "--cuda-graph-bs-decode" not in runs["production"]["argv"]
+    )
+    assert res["search_boot_adds"]["boot_flags"]["cuda-graph-bs-decode"] == list(range(1, 9)) + [10, 12, 14, 16]
+    assert set(runs["search"]["tok_per_s"]) == {"1", "16"} and 0 < res["cycle_ratio"] < 1.5
