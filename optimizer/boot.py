@@ -146,9 +146,11 @@ def search_boot_spec(
     extra_args: Sequence[str],
     levels: Sequence[int],
     server_env: Mapping[str, str] | None = None,
+    bench_warmup: int = 1,
 ) -> dict[str, Any]:
     """What a search launch adds to the production launch: ``boot_flags``, ``boot_env``, ``fast_stop`` (the
-    TrialSpec fields). ``search_boot`` is the study's ``server.search_boot`` (None or disabled: nothing)."""
+    TrialSpec fields). ``search_boot`` is the study's ``server.search_boot`` (None or disabled: nothing).
+    SGLang's warm-up is skipped only when the benchmark sends warm-up requests of its own (``bench_warmup``)."""
     if search_boot is None or not getattr(search_boot, "enabled", False):
         return {"boot_flags": {}, "boot_env": {}, "fast_stop": False}
     prod = {**flags_from_args(extra_args), **dict(flags)}
@@ -156,7 +158,7 @@ def search_boot_spec(
     sizes = graph_batch_sizes(prod, levels, search_boot.graph_batch_sizes)
     if sizes is not None:
         boot_flags[GRAPH_BS_FLAG] = sizes
-    if search_boot.skip_warmup and not _truthy(prod.get(SKIP_WARMUP_FLAG)):
+    if search_boot.skip_warmup and bench_warmup > 0 and not _truthy(prod.get(SKIP_WARMUP_FLAG)):
         boot_flags[SKIP_WARMUP_FLAG] = True
     boot_env: dict[str, str] = {}
     if search_boot.jit_cache_dir:

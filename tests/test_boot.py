@@ -191,6 +191,9 @@ def test_the_study_switch_is_validated() -> None:
         cfg.server.search_boot, EAGLE3, ["--enable-metrics", "--skip-server-warmup"], [1, 16], {}
     )
     assert spec == {"boot_flags": {"cuda-graph-bs-decode": [1, 16]}, "boot_env": {}, "fast_stop": True}
+    # no warm-up requests of the benchmark's own: SGLang's warm-up stays
+    bare = boot.search_boot_spec(cfg.server.search_boot, EAGLE3, [], [1], bench_warmup=0)
+    assert bare["boot_flags"] == {"cuda-graph-bs-decode": [1]}
     off = boot.search_boot_spec(parse_study({"server": {"search_boot": False}}).server.search_boot, EAGLE3, [], [1])
     assert off == {"boot_flags": {}, "boot_env": {}, "fast_stop": False}
     env = boot.search_boot_spec(parse_study({}).server.search_boot, EAGLE3, [], [1], {"TRITON_CACHE_DIR": "/mine"})

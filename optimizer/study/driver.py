@@ -266,7 +266,14 @@ class Driver:
             level_order=self.plan.order(),
             interleave=self.plan.interleave,
             # the search boot (optimizer/boot.py): search launches only, never the confirmation or the export
-            **search_boot_spec(server.search_boot, cand.flags, server.extra_args, self.cfg.workload.levels, server.env),
+            **search_boot_spec(
+                server.search_boot,
+                cand.flags,
+                server.extra_args,
+                self.cfg.workload.levels,
+                server.env,
+                bench_warmup=self.cfg.workload.warmup_requests,
+            ),
         )
 
     # ------------------------------------------------------------------ events
