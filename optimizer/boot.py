@@ -21,7 +21,7 @@ measures, and never the answer: the confirmation and the export use the producti
   the host SIGKILLs the group as soon as that line shows (``optimizer.sglang.logs.SCHEDULER_GONE_LINES``).
 - One JIT cache directory per host for every launch (``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``,
   ``SGLANG_DG_CACHE_DIR`` for DeepGEMM, ``FLASHINFER_WORKSPACE_BASE``, ``CUDA_CACHE_PATH``), unless the study's
-  ``server.env`` already sets one.
+  ``server.env`` or the host's environment already sets one (``optimizer.trial.search_boot_env``).
 - Multithreaded weight loading is SGLang 0.5.17's default for safetensors (``enable_multithread_load`` defaults to
   true with 8 threads in ``DefaultModelLoader``), so nothing is added: ``--model-loader-extra-config`` is refused
   by other load formats (``dummy``), and would only restate the default.

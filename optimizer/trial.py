@@ -66,12 +66,21 @@ class TrialSpec:
         return [*cmd, *self.extra_args, *self.candidate.argv(), *boot, "--host", bind, "--port", str(port)]
 
 
-def _host_path(host: Host, value: str) -> str:
-    """``~`` in a path of the search boot's environment is the host's home (remote for SSH hosts)."""
-    if not value.startswith("~"):
-        return value
+def search_boot_env(host: Host, env: dict[str, str]) -> dict[str, str]:
+    """The search boot's environment on ``host``: ``~`` is the host's home (remote for SSH hosts), and a variable
+    the host's own environment sets (its ``env``; for the local host also the driver's) is left as the host has it."""
     remote = getattr(host, "remote_path", None)
-    return remote(value) if callable(remote) else os.path.expanduser(value)
+    taken = set(getattr(host, "env", None) or {})
+    if not callable(remote):
+        taken |= set(os.environ)
+    out = {}
+    for k, v in env.items():
+        if k in taken:
+            continue
+        if v.startswith("~"):
+            v = remote(v) if callable(remote) else os.path.expanduser(v)
+        out[k] = v
+    return out
 
 
 @dataclass
@@ -102,7 +111,7 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         bind = getattr(host, "server_host", "127.0.0.1")
         python = getattr(host, "python", "python3")
         argv = spec.argv(python, bind, port)
-        boot_env = {k: _host_path(host, v) for k, v in spec.boot_env.items()}
+        boot_env = search_boot_env(host, spec.boot_env)
         env = {
             **boot_env,
             **spec.server_env,

@@ -200,6 +200,17 @@ def test_the_study_switch_is_validated() -> None:
     assert "TRITON_CACHE_DIR" not in env["boot_env"] and env["boot_env"]["SGLANG_DG_CACHE_DIR"].endswith("deep_gemm")
 
 
+def test_the_hosts_own_cache_variables_win(tmp_path: Path, monkeypatch) -> None:
+    from optimizer.trial import search_boot_env
+
+    env = boot.search_boot_spec(parse_study({}).server.search_boot, EAGLE3, [], [1])["boot_env"]
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setenv("CUDA_CACHE_PATH", "/from/the/shell")
+    got = search_boot_env(LocalHost("local", tmp_path, env={"SGLANG_DG_CACHE_DIR": "/from/hosts.yaml"}), env)
+    assert got["TRITON_CACHE_DIR"] == str(Path.home() / ".cache/sglang-spec-optimizer/jit/triton")
+    assert "SGLANG_DG_CACHE_DIR" not in got and "CUDA_CACHE_PATH" not in got
+
+
 SPACE = {
     "name": "boot",
     "fixed": {"model-path": "m", "speculative-draft-model-path": "eagle3-head", "attention-backend": "fa3"},
