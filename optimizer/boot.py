@@ -168,6 +168,19 @@ def search_boot_spec(
     return {"boot_flags": boot_flags, "boot_env": boot_env, "fast_stop": bool(search_boot.fast_stop)}
 
 
+def asked_with_search_boot(asked: Mapping[str, Any], boot_flags: Mapping[str, Any]) -> dict[str, Any]:
+    """What a search launch asked the server for (the ``server_changed`` alarm compares ``/server_info`` with it):
+    the production flags, the search boot's, and SGLang's rule that an explicit graph list sets
+    ``max_bs = max(list)`` over a production ``--cuda-graph-max-bs``."""
+    out = {**dict(asked), **{k: v for k, v in boot_flags.items() if not isinstance(v, (list, tuple))}}
+    sizes = boot_flags.get(GRAPH_BS_FLAG)
+    if sizes:
+        for k in _GRAPH_MAX_FLAGS:
+            if k in out:
+                out[k] = max(int(b) for b in sizes)
+    return out
+
+
 def flag_argv(flags: Mapping[str, Any]) -> list[str]:
     """Flags as words: ``True`` a bare switch, a list its values one word each."""
     out: list[str] = []

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .boot import flag_argv
+from .boot import asked_with_search_boot, flag_argv
 from .candidate import Candidate
 from .errors import BootError, HostError
 from .events import ChunkEvent, PhaseEvent, TrialResult
@@ -241,7 +241,9 @@ def probe_server(host: Host, base_url: str, spec: TrialSpec, log_path: Path, *, 
     info = probes.server_info(base_url)
     args = {k: v for k, v in info.items() if not isinstance(v, (dict, list))}
     log_text = log_tail(log_path, 200_000)
-    asked = {**alarms.parse_args(spec.extra_args), **dict(spec.candidate.flags)}
+    asked = asked_with_search_boot(
+        {**alarms.parse_args(spec.extra_args), **dict(spec.candidate.flags)}, spec.boot_flags
+    )
     out: dict[str, Any] = {
         alarms.CHANGES_ATTR: alarms.server_changes(
             asked, args, concurrency=max(spec.workload.levels), log_text=log_text

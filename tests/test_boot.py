@@ -213,7 +213,12 @@ def test_the_hosts_own_cache_variables_win(tmp_path: Path, monkeypatch) -> None:
 
 SPACE = {
     "name": "boot",
-    "fixed": {"model-path": "m", "speculative-draft-model-path": "eagle3-head", "attention-backend": "fa3"},
+    "fixed": {
+        "model-path": "m",
+        "speculative-draft-model-path": "eagle3-head",
+        "attention-backend": "fa3",
+        "cuda-graph-max-bs": 8,  # production's; the search boot's graph list overrides it (no server_changed alarm)
+    },
     "parameters": {
         "speculative-algorithm": {"type": "categorical", "choices": ["EAGLE3"]},
         "speculative-num-steps": {"type": "categorical", "choices": [3]},
@@ -254,6 +259,7 @@ def test_search_flags_reach_the_search_but_not_the_confirmation_or_the_export(tm
     for f in [*confirmed, root / "best.yaml", root / "best.sh", root / "best.env"]:
         text = f.read_text()
         assert "cuda-graph-bs" not in text and "skip-server-warmup" not in text and "TRITON_CACHE_DIR" not in text
+    assert "cuda-graph-max-bs: 8" in (root / "best.yaml").read_text()  # production's own, as configured
     assert "speculative-num-steps: 3" in (root / "best.yaml").read_text()
     st = optuna.load_study(study_name="boot", storage=open_storage(str(root / "journal.log")))
     launched = [t for t in st.trials if t.user_attrs.get("launched")]
@@ -264,6 +270,7 @@ def test_search_flags_reach_the_search_but_not_the_confirmation_or_the_export(tm
         assert {"imports", "server_args", "dist_init", "memory_pool", "http_up", "health"} <= set(ua["boot_phases"])
         assert "ready_line" in ua["boot_phases"]  # logged at once without the warm-up
         assert 0 <= ua["stop_s"] < 5.0
+        assert ua["server_changes"] == [], ua["server_changes"]
     summary = boot.study_boot_summary(launched)
     assert summary["launches"] == 2 and summary["phases"][-1]["phase"] == "stop"
     # summary.json, the report, the study's dashboard note and the dry run show where the restarts went
