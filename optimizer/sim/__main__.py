@@ -73,8 +73,6 @@ def serve(argv: list[str]) -> int:
     flags = {**opts.flags, **opts.overrides}
     env = {k: os.environ[k] for k in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL") if os.environ.get(k)}
     err = sys.stderr
-    # Python imports of the real launcher (~13-24 s): its first line (the UserWarning below) comes after them.
-    _sleep(profile.boot["imports"] * ts)
 
     err.write(
         "/sglang/launch_server.py:56: UserWarning: 'python -m sglang.launch_server' is still supported, but "
@@ -87,6 +85,9 @@ def serve(argv: list[str]) -> int:
             "Use '--cuda-graph-max-bs-decode' instead.\x1b[0m\n"
         )
     err.flush()
+    # Python imports of the real launcher (~13-24 s), then argument parsing. (On a real server the UserWarning above
+    # comes after the imports; printed first here, a killed boot always leaves a log line behind.)
+    _sleep(profile.boot["imports"] * ts)
     violations = sgl.startup_violations(flags, architecture=profile.architecture, gpu_sm=profile.gpu_sm)
     if flags.get("attention-backend") == "trtllm_mha" and not flags.get("page-size"):
         log(
