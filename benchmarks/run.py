@@ -47,6 +47,7 @@ SECTIONS = (
     "per_level",
     "adaptive",
     "answer",
+    "boot",
 )
 OPTIONAL = ("pcie",)  # run only when named in --only
 QUICK_SEEDS = 10  # --quick: seeds per scenario (the families keep every landscape, one run each)
@@ -443,6 +444,10 @@ def main(argv: list[str] | None = None) -> int:
                     from benchmarks.answer import section_answer
 
                     results[name] = section_answer(args)
+                elif name == "boot":  # wall-clock to the exported answer with and without the search boot
+                    from benchmarks.boot import compare as boot_compare
+
+                    results[name] = boot_compare(seeds=min(args.seeds, 5), log=log)
                 elif name == "pcie":
                     results[name] = section_pcie()
                 elif name == "confirmation":

@@ -16,6 +16,7 @@ from typing import Any
 
 import optuna
 
+from .boot import study_cycle_estimate
 from .settings import StudyConfig
 from .sglang.logs import SHUTDOWN_S
 from .space import SearchSpace
@@ -45,6 +46,7 @@ class DryRun:
     hosts: int = 1
     boot_s: float | None = None
     bench_s: float | None = None
+    stop_s: float = SHUTDOWN_S  # measured (optimizer/boot.py) once the study has stopped a server
     times_from: str = ""
     first: list[str] = field(default_factory=list)
     levels: list[int] = field(default_factory=list)
@@ -60,7 +62,7 @@ class DryRun:
     def _time(self, launches: int, relaunches: int) -> float | None:
         if self.boot_s is None or self.bench_s is None:
             return None
-        per = self.boot_s + self.bench_s + SHUTDOWN_S
+        per = self.boot_s + self.bench_s + self.stop_s
         return (-(-launches // max(1, self.hosts)) + -(-relaunches // max(1, self.hosts))) * per
 
     @property
@@ -97,7 +99,7 @@ class DryRun:
             out.append(
                 f"estimated wall-clock: {_duration(self.wall_s)} at most ({self.launches} launches + "
                 f"{self.confirm_max} confirmation relaunches; boot {self.boot_s:.0f} s + benchmark "
-                f"{self.bench_s:.0f} s + stop {SHUTDOWN_S:.1f} s each, {self.times_from})"
+                f"{self.bench_s:.0f} s + stop {self.stop_s:.1f} s each, {self.times_from})"
             )
             if (self.expected_launches, self.confirm_expected) != (self.launches, self.confirm_max):
                 out.append(
@@ -170,6 +172,9 @@ def dry_run(
     done = sum(1 for t in existing.get_trials(deepcopy=False) if t.user_attrs.get(R.LAUNCHED)) if existing else 0
     d.launches = max(0, min(cfg.budget.trials - done, d.launchable))
     m_boot, m_bench = measured_times(existing)
+    cycle = study_cycle_estimate(existing, cfg.server.search_boot)  # the sum of the phases' medians, the stop
+    if cycle is not None:
+        m_boot, d.stop_s = cycle
     given = [x is not None for x in (boot_s, bench_s)]
     d.boot_s = boot_s if boot_s is not None else m_boot
     d.bench_s = bench_s if bench_s is not None else m_bench

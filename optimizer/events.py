@@ -61,6 +61,8 @@ class TrialResult:
     log_tail: str = ""
     boot_s: float | None = None
     boot_phases: dict[str, float] = field(default_factory=dict)
+    #: seconds from SIGTERM until the server's process group was gone (None: nothing was stopped)
+    stop_s: float | None = None
     t_start: float = 0.0
     t_end: float = 0.0
     log_path: str = ""

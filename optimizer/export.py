@@ -24,6 +24,7 @@ import yaml
 
 from . import __version__
 from .adaptive_export import export_adaptive
+from .boot import study_boot_summary
 from .candidate import Candidate
 from .levels import level_answers, pareto_front, study_plan
 from .redact import MASK, redact_mapping
@@ -60,6 +61,7 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "confirmation": confirmation,
         "launch_noise": attrs.get(R.LAUNCH_NOISE),
         "search_stop": attrs.get(R.SEARCH_STOP),  # why the search stopped, what one more launch was expected to gain
+        "restarts": study_boot_summary(study.get_trials(deepcopy=False)),  # where the restarts went (boot.py)
         "alarms": {str(n): [a.as_dict() for a in found] for n, found in study_alarms(study).items()},
         "greedy_unchecked": {
             str(t.number): note

@@ -27,6 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from .boot import study_boot_summary, summary_lines
 from .redact import redact_attrs, redact_log
 from .sglang.logs import BOOT_PHASE_NAMES
 from .study import records as R
@@ -309,6 +310,8 @@ def study_note_markdown(study: optuna.Study) -> str:
     if isinstance(noise, Mapping) and isinstance(noise.get("sigma"), (int, float)) and not confirmation:
         lines += [f"Launch-to-launch noise {noise['sigma']:.1%} (from {noise.get('source', '?')})", ""]
     lines += ["Trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())), ""]
+    restarts = summary_lines(study_boot_summary(trials))  # where the restarts went (optimizer/boot.py)
+    lines += [f"- {x.strip()}" for x in restarts] + ([""] if restarts else [])
     workload = study.user_attrs.get(R.WORKLOAD)
     if isinstance(workload, Mapping):
         lines += ["Workload: " + ", ".join(f"{k}={_fmt(v)}" for k, v in workload.items()), ""]

@@ -18,7 +18,7 @@ import httpx
 from .errors import BootError
 from .hosts.base import ServerHandle
 from .sglang import endpoints
-from .sglang.logs import BOOT_PHASES, DIST_INIT_END, FATAL_PATTERNS
+from .sglang.logs import DIST_INIT_END, FATAL_PATTERNS, BootMarker
 
 
 def log_tail(path: Path, max_bytes: int = 4000) -> str:
@@ -49,6 +49,7 @@ class LogWatcher:
         self.fatal: tuple[str, str] | None = None
         self.fatal_rank = len(FATAL_PATTERNS)
         self.dist_init_ended = False
+        self.marker = BootMarker()
 
     def poll(self) -> None:
         try:
@@ -67,9 +68,8 @@ class LogWatcher:
         for line in lines:
             if DIST_INIT_END in line:
                 self.dist_init_ended = True
-            for name, needle in BOOT_PHASES:
-                if name not in self.phases and needle in line:
-                    self.phases[name] = round(now, 3)
+            for name in self.marker.feed(line):
+                self.phases.setdefault(name, round(now, 3))
             # Keep the most specific fatal line seen: SGLang logs the root cause (e.g. 'Not enough memory') inside
             # the traceback that follows 'Scheduler hit an exception'.
             for rank, (kind, pat) in enumerate(FATAL_PATTERNS):
@@ -157,7 +157,9 @@ def wait_ready(
                 resp = client.get(server.base_url + endpoints.HEALTH)
                 if resp.status_code == 200:
                     watcher.poll()
-                    return Ready(boot_s=round(time.time() - t0, 3), phases=dict(watcher.phases), polls=polls)
+                    boot_s = round(time.time() - t0, 3)
+                    watcher.phases.setdefault("health", boot_s)
+                    return Ready(boot_s=boot_s, phases=dict(watcher.phases), polls=polls)
                 if resp.status_code == 503 and not seen_503:
                     seen_503 = True
                     watcher.phases.setdefault("http_up", round(time.time() - t0, 3))

@@ -21,6 +21,8 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 
+from .boot import study_boot_summary
+from .boot import summary_html as boot_summary_html
 from .notes import boot_rows, outcome, redact_attrs
 from .readiness import clip
 from .study import records as R
@@ -692,6 +694,7 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
 {"".join(sections)}
 </div>
 {_table(study)}
+{boot_summary_html(study_boot_summary(study.get_trials(deepcopy=False)))}
 </main></body></html>
 """
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -35,6 +35,25 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class SearchBootConfig(_Strict):
+    """The cheaper boot used during the search only (``optimizer/boot.py``, docs/boot.md). The confirmation and the
+    exported files use the production flags. ``server.search_boot: false`` turns it off; ``true`` is the default."""
+
+    enabled: bool = True
+    #: Decode CUDA-graph batch sizes: ``reachable`` captures SGLang's own sizes up to the benchmark's highest
+    #: concurrency (every batch the benchmark makes pads to the size production pads it to); ``levels`` captures
+    #: only the size each load level pads to (the issue's ``--cuda-graph-bs-decode 1 16``: cheaper, and a batch in a
+    #: chunk's tail pads further than in production); ``off`` leaves SGLang's list.
+    graph_batch_sizes: Literal["reachable", "levels", "off"] = "reachable"
+    #: ``--skip-server-warmup``: the benchmark sends its own unmeasured warm-up requests anyway.
+    skip_warmup: bool = True
+    #: SIGKILL the group once the scheduler has exited, instead of waiting out SGLang's 5 s crash-diagnostics sleep.
+    fast_stop: bool = True
+    #: One JIT cache directory per host shared by every launch (Triton, TorchInductor, DeepGEMM, FlashInfer, CUDA's
+    #: PTX cache); ``~`` is the host's home. Null: leave the caches where the host's environment puts them.
+    jit_cache_dir: str | None = "~/.cache/sglang-spec-optimizer/jit"
+
+
 class ServerConfig(_Strict):
     #: The server command before the candidate's flags. ``{python}`` is the host's Python. Default: the simulator.
     command: list[str] = Field(
@@ -59,6 +78,15 @@ class ServerConfig(_Strict):
     stop_timeout_s: float = Field(default=30.0, gt=0)
     #: Repeat the baseline at the end to measure drift? Off by default (each restart is expensive).
     env: dict[str, str] = Field(default_factory=dict)
+    #: The cheaper search boot (``true``/``false`` or its settings): during the search only.
+    search_boot: SearchBootConfig = Field(default_factory=SearchBootConfig)
+
+    @field_validator("search_boot", mode="before")
+    @classmethod
+    def _search_boot_switch(cls, v: Any) -> Any:
+        if isinstance(v, bool):
+            return {"enabled": v}
+        return v
 
     @property
     def is_simulator(self) -> bool:

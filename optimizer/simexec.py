@@ -20,6 +20,7 @@ import numpy as np
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .loadgen.client import schedule as run_order
 from .loadgen.workload import Workload
+from .sglang.logs import FAST_SHUTDOWN_S
 from .sglang.logs import SHUTDOWN_S as STOP_S
 from .sim.model import BOOT_FAILURES, Profile, nccl_warn_lines
 from .sim.profiles import load_profile
@@ -67,6 +68,7 @@ class ModelExecutor:
         self.seq = itertools.count()
         self.pending_chunks: dict[int, list[tuple[float, float]]] = {}  # trial -> [(t, chunk seconds)]
         self.trial_host: dict[int, str] = {}
+        self.stop_s: dict[int, float] = {}  # per trial: SGLang's stop, or the search boot's fast stop
         self.level_results: dict[int, list[tuple[float, int, dict[str, Any]]]] = {}  # trial -> (t, level, metrics)
         self.accept: dict[int, float | None] = {}
         self.host_facts: dict[int, dict[str, Any]] = {}  # what the probes would read from the simulator's log
@@ -118,15 +120,18 @@ class ModelExecutor:
         n = spec.number
         self.trial_host[n] = host
         t0 = max(self.clock, self.free_at[host])
-        flags, env = dict(spec.candidate.flags), dict(spec.candidate.env)
+        # what the server is launched with: the candidate's flags and the search boot's (graph sizes, no warm-up)
+        flags, env = {**dict(spec.candidate.flags), **dict(spec.boot_flags)}, dict(spec.candidate.env)
+        stop_s = FAST_SHUTDOWN_S if spec.fast_stop else STOP_S
+        self.stop_s[n] = stop_s
         order = list(spec.level_order or w.levels)
         evs = {c: self.profile.evaluate(flags, env, c, self.categories) for c in order}
         ev = evs[order[0]]
         self._push(t0, PhaseEvent(trial=n, host=host, phase="starting", t=t0))
-        result = TrialResult(trial=n, host=host, status="complete", t_start=t0)
+        result = TrialResult(trial=n, host=host, status="complete", t_start=t0, stop_s=stop_s)
         if ev.failure in BOOT_FAILURES:
             wait = self._hang_s(spec, ev) if ev.failure == "nccl_hang" else ev.boot_s
-            t_end = t0 + wait + STOP_S
+            t_end = t0 + wait + stop_s
             self.ledger.boot_s += wait
             # the kind the real readiness check gives each (a NCCL capture failure reads "Capture cuda graph failed")
             kind = {"nccl_hang": "timeout", "nccl_invalid": "cuda_graph"}.get(ev.failure, ev.failure)
@@ -210,7 +215,7 @@ class ModelExecutor:
             if w.multi_level:
                 result.metrics["levels"] = {str(c): m for _, c, m in levels_done}
         self.ledger.bench_s += t - (t0 + boot)
-        self._finish(host, result, t + STOP_S)
+        self._finish(host, result, t + stop_s)
 
     def _level_metrics(self, ev: Any, values: list[float], lw: Workload, planned: int) -> dict[str, Any]:
         """One level's figures as the client reports them. Latencies are the model's: ITL is the cycle time
@@ -252,10 +257,10 @@ class ModelExecutor:
         heapq.heapify(kept)
         self.heap = kept
         host = self.trial_host[trial]
-        t_end = self.clock + STOP_S
+        t_end = self.clock + self.stop_s.get(trial, STOP_S)
         self.free_at[host] = t_end
         self.ledger.launches = [x for x in self.ledger.launches if x[0] != trial]
-        res = TrialResult(trial=trial, host=host, status="pruned", t_end=t_end)
+        res = TrialResult(trial=trial, host=host, status="pruned", t_end=t_end, stop_s=self.stop_s.get(trial, STOP_S))
         # a pruned server still answered /get_server_info: its accept length so far is known
         res.metrics = {"accept_length": self.accept.get(trial), R.HOST_FACTS: self.host_facts.get(trial, {})}
         done = [(c, m) for t, c, m in self.level_results.get(trial, []) if t <= self.clock]

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .boot import asked_with_search_boot, flag_argv
 from .candidate import Candidate
 from .errors import BootError, HostError
 from .events import ChunkEvent, PhaseEvent, TrialResult
@@ -50,13 +51,36 @@ class TrialSpec:
     #: turns chunk by chunk instead of level after level.
     level_order: list[int] = field(default_factory=list)
     interleave: bool = False
+    #: The search boot's additions (``optimizer/boot.py``): flags after the candidate's, environment under the
+    #: candidate's, and the fast stop. Empty for the confirmation and anything exported: production as configured.
+    boot_flags: dict[str, Any] = field(default_factory=dict)
+    boot_env: dict[str, str] = field(default_factory=dict)
+    fast_stop: bool = False
 
     def argv(self, python: list[str] | str, bind: str, port: int) -> list[str]:
         prefix = shlex.split(python) if isinstance(python, str) else list(python)
         cmd: list[str] = []
         for part in self.command:
             cmd.extend(prefix if part == "{python}" else [part])
-        return [*cmd, *self.extra_args, *self.candidate.argv(), "--host", bind, "--port", str(port)]
+        boot = flag_argv(self.boot_flags)
+        return [*cmd, *self.extra_args, *self.candidate.argv(), *boot, "--host", bind, "--port", str(port)]
+
+
+def search_boot_env(host: Host, env: dict[str, str]) -> dict[str, str]:
+    """The search boot's environment on ``host``: ``~`` is the host's home (remote for SSH hosts), and a variable
+    the host's own environment sets (its ``env``; for the local host also the driver's) is left as the host has it."""
+    remote = getattr(host, "remote_path", None)
+    taken = set(getattr(host, "env", None) or {})
+    if not callable(remote):
+        taken |= set(os.environ)
+    out = {}
+    for k, v in env.items():
+        if k in taken:
+            continue
+        if v.startswith("~"):
+            v = remote(v) if callable(remote) else os.path.expanduser(v)
+        out[k] = v
+    return out
 
 
 @dataclass
@@ -87,7 +111,13 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         bind = getattr(host, "server_host", "127.0.0.1")
         python = getattr(host, "python", "python3")
         argv = spec.argv(python, bind, port)
-        env = {**spec.server_env, **dict(spec.candidate.env), "SGLANG_OPTIMIZER_TRIAL": f"{spec.study}/{spec.number}"}
+        boot_env = search_boot_env(host, spec.boot_env)
+        env = {
+            **boot_env,
+            **spec.server_env,
+            **dict(spec.candidate.env),
+            "SGLANG_OPTIMIZER_TRIAL": f"{spec.study}/{spec.number}",
+        }
         if "NCCL_DEBUG" not in env and "NCCL_DEBUG" not in os.environ:
             # NCCL says why a collective cannot run only at WARN or above; the fatal-setting rules read that line
             env["NCCL_DEBUG"] = "WARN"
@@ -97,6 +127,7 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
             + "\n"
         )
         server = host.start(argv, env, log_path, port)
+        server.fast_stop = spec.fast_stop
     except HostError as exc:
         return _finish(result, "host_fault", reason=str(exc), kind="host", log_tail=exc.log_tail)
 
@@ -191,10 +222,12 @@ def run_trial(host: Host, spec: TrialSpec, emit: Emit, controls: Controls | None
         return _finish(result, "host_fault", reason=str(exc), kind="host", log_tail=log_tail(log_path))
     finally:
         phase("stopping_server")
+        t_stop = time.time()
         try:
             server.stop(spec.stop_timeout_s)
         except Exception as exc:  # noqa: BLE001 - a stop problem is reported, never raised past the trial
             result.reason = (result.reason + f"; stop: {exc}").strip("; ")
+        result.stop_s = round(time.time() - t_stop, 3)
         result.t_end = time.time()
         phase("done", result.status)
 
@@ -208,7 +241,9 @@ def probe_server(host: Host, base_url: str, spec: TrialSpec, log_path: Path, *, 
     info = probes.server_info(base_url)
     args = {k: v for k, v in info.items() if not isinstance(v, (dict, list))}
     log_text = log_tail(log_path, 200_000)
-    asked = {**alarms.parse_args(spec.extra_args), **dict(spec.candidate.flags)}
+    asked = asked_with_search_boot(
+        {**alarms.parse_args(spec.extra_args), **dict(spec.candidate.flags)}, spec.boot_flags
+    )
     out: dict[str, Any] = {
         alarms.CHANGES_ATTR: alarms.server_changes(
             asked, args, concurrency=max(spec.workload.levels), log_text=log_text

@@ -18,9 +18,17 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 POLL_S = 0.05
+#: The launcher's lines once its scheduler has exited after SIGTERM (``optimizer.sglang.logs.SCHEDULER_GONE_LINES``;
+#: repeated here because this module runs on remote hosts with the standard library alone; a test keeps them equal).
+SCHEDULER_GONE_LINES = (
+    "Sleeping 5 seconds before crash diagnostics",
+    "No live scheduler processes found",
+)
 
 
 # --------------------------------------------------------------------------------------------- /proc readers
@@ -92,16 +100,59 @@ def kill_group(pgid: int, sig: int) -> None:
         pass
 
 
-def stop_group(pgid: int, timeout_s: float = 30.0) -> bool:
-    """SIGTERM the group, SIGKILL whatever is left after ``timeout_s``; True when the group is gone."""
-    if not group_alive(pgid):
-        return True
-    kill_group(pgid, signal.SIGTERM)
+def scheduler_gone(log_path: str | Path | None, offset: int) -> bool:
+    """Whether the server's log, past ``offset`` (its size at SIGTERM), says the scheduler has exited and the
+    launcher only sleeps before its crash diagnostics (``optimizer.sglang.logs.SCHEDULER_GONE_LINES``)."""
+    if log_path is None:
+        return False
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(offset)
+            text = fh.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return any(line in text for line in SCHEDULER_GONE_LINES)
+
+
+def log_size(log_path: str | Path | None) -> int:
+    try:
+        return os.path.getsize(log_path) if log_path is not None else 0
+    except OSError:
+        return 0
+
+
+def wait_group_gone(
+    pgid: int,
+    timeout_s: float,
+    *,
+    fast_log: str | Path | None = None,
+    offset: int = 0,
+    poll: Callable[[], Any] | None = None,
+) -> bool:
+    """Wait up to ``timeout_s`` for the group to be gone after SIGTERM. With ``fast_log`` (the fast stop), SIGKILL
+    the group as soon as that log shows the scheduler has exited. True when the group is gone."""
     deadline = time.monotonic() + max(0.0, timeout_s)
     while time.monotonic() < deadline:
+        if poll is not None:
+            poll()
         if not group_alive(pgid):
             return True
+        if fast_log is not None and scheduler_gone(fast_log, offset):
+            kill_group(pgid, signal.SIGKILL)
+            fast_log = None
         time.sleep(POLL_S)
+    return not group_alive(pgid)
+
+
+def stop_group(pgid: int, timeout_s: float = 30.0, fast_log: str | Path | None = None) -> bool:
+    """SIGTERM the group, SIGKILL whatever is left after ``timeout_s`` (or, with ``fast_log``, as soon as that log
+    says the scheduler has exited); True when the group is gone."""
+    if not group_alive(pgid):
+        return True
+    offset = log_size(fast_log)
+    kill_group(pgid, signal.SIGTERM)
+    if wait_group_gone(pgid, timeout_s, fast_log=fast_log, offset=offset):
+        return True
     for _ in range(3):
         kill_group(pgid, signal.SIGKILL)
         end = time.monotonic() + 5.0
@@ -285,8 +336,8 @@ def main(args: list[str]) -> int:
         out = rec
     elif cmd == "alive":
         out = group_alive(int(rest[0]))
-    elif cmd == "stop":  # stop <pgid> <timeout_s> <bind_host> <port> <port_timeout_s>
-        gone = stop_group(int(rest[0]), float(rest[1]))
+    elif cmd == "stop":  # stop <pgid> <timeout_s> <bind_host> <port> <port_timeout_s> [<log for a fast stop>]
+        gone = stop_group(int(rest[0]), float(rest[1]), fast_log=rest[5] if len(rest) > 5 else None)
         out = {"gone": gone, "port_free": wait_port_free(rest[2], int(rest[3]), float(rest[4]))}
     elif cmd == "reap":  # reap <run_dir> <timeout_s> <port_timeout_s> [<pgid>,<pgid>... to skip]
         skip = tuple(int(p) for p in rest[3].split(",") if p) if len(rest) > 3 else ()

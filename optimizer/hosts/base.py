@@ -24,6 +24,9 @@ class ServerHandle(abc.ABC):
     log_path: Path
     #: Process group id of the server on its host (remote pgid for SSH).
     pgid: int
+    #: The fast stop (the search boot): ``stop`` SIGKILLs the group as soon as the log says the scheduler has
+    #: exited, instead of waiting out SGLang's 5 s sleep before crash diagnostics.
+    fast_stop: bool = False
 
     @abc.abstractmethod
     def returncode(self) -> int | None:

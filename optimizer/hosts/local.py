@@ -50,11 +50,11 @@ class LocalServerHandle(ServerHandle):
             if self._stopped:
                 return
             if _proc.group_alive(self.pgid):
+                fast_log = self.log_path if self.fast_stop else None
+                offset = _proc.log_size(fast_log)
                 _proc.kill_group(self.pgid, 15)
-                deadline = time.monotonic() + max(0.0, timeout_s)
-                while _proc.group_alive(self.pgid) and time.monotonic() < deadline:
-                    self._proc.poll()  # reap the leader so it does not linger as a zombie
-                    time.sleep(_proc.POLL_S)
+                # poll: reap the leader so it does not linger as a zombie
+                _proc.wait_group_gone(self.pgid, timeout_s, fast_log=fast_log, offset=offset, poll=self._proc.poll)
                 if _proc.group_alive(self.pgid):
                     log.warning(
                         "%s: process group %d still alive %.0f s after SIGTERM; SIGKILL",

@@ -450,7 +450,8 @@ class SSHServerHandle(ServerHandle):
                 # port), print the wrapper's exit status if it wrote one, and remove this run's files.
                 cmd = (
                     f"{' '.join(q(a) for a in host.python)} -c {q(_HELPER_SRC)} stop {self.pgid} "
-                    f"{float(timeout_s)} {q(host.cfg.server_host)} {int(self.port)} {PORT_WAIT_S}; "
+                    f"{float(timeout_s)} {q(host.cfg.server_host)} {int(self.port)} {PORT_WAIT_S}"
+                    f"{' ' + q(self.remote_log) if self.fast_stop else ''}; "
                     f"cat {q(self._exit_file)} 2>/dev/null || echo none; "
                     f"rm -f {q(self._json_file)} {q(self._pid_file)} {q(self._pid_file + '.tmp')} "
                     f"{q(self._exit_file)}"

@@ -86,7 +86,8 @@ def serve(argv: list[str]) -> int:
             "Use '--cuda-graph-max-bs-decode' instead.\x1b[0m\n"
         )
     err.flush()
-    # Python imports of the real launcher (~13-24 s), then argument parsing.
+    # Python imports of the real launcher (~13-24 s), then argument parsing. (On a real server the UserWarning above
+    # comes after the imports; printed first here, a killed boot always leaves a log line behind.)
     _sleep(profile.boot["imports"] * ts)
     violations = sgl.startup_violations(flags, architecture=profile.architecture, gpu_sm=profile.gpu_sm)
     if flags.get("attention-backend") == "trtllm_mha" and not flags.get("page-size"):

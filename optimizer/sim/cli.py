@@ -45,7 +45,14 @@ TYPED: dict[str, Callable[[str], Any]] = {
     "served-model-name": str,
     "log-level": str,
 }
-ALIASES = {"tensor-parallel-size": "tp-size", "tp": "tp-size", "model": "model-path"}
+# SGLang flags with one or more values (argparse ``nargs="+"``), typed per value.
+LISTS: dict[str, Callable[[str], Any]] = {"cuda-graph-bs-decode": int}
+ALIASES = {
+    "tensor-parallel-size": "tp-size",
+    "tp": "tp-size",
+    "model": "model-path",
+    "cuda-graph-bs": "cuda-graph-bs-decode",  # SGLang 0.5.17's deprecated alias
+}
 STORE_TRUE = {
     "disable-custom-all-reduce",
     "enable-metrics",
@@ -178,7 +185,15 @@ def parse(argv: list[str], default_profile: str) -> Options:
         if not name or "_" in name:  # argparse knows SGLang's flags with dashes only
             usage_error(f"unrecognized arguments: {' '.join(argv[i:])}")
         conv = SIM_OPTIONS.get(name) or TYPED.get(name)
-        if conv is not None:
+        if name in LISTS:
+            raw = [value] if has_inline else []
+            while not has_inline and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                raw.append(argv[i + 1])
+                i += 1
+            if not raw:
+                usage_error(f"argument --{name}: expected at least one argument")
+            cli[name] = [_convert(name, LISTS[name], x) for x in raw]
+        elif conv is not None:
             if not has_inline:
                 if i + 1 >= len(argv) or (argv[i + 1].startswith("--") and conv is str):
                     usage_error(f"argument --{name}: expected one argument")
@@ -206,7 +221,7 @@ def parse(argv: list[str], default_profile: str) -> Options:
         i += 1
 
     flags: dict[str, Any] = dict(cli)
-    unknown = [k for k in flags if k not in TYPED and k not in STORE_TRUE]
+    unknown = [k for k in flags if k not in TYPED and k not in STORE_TRUE and k not in LISTS]
     host = str(flags.pop("host", "127.0.0.1"))
     port = int(flags.pop("port", 30000))
     flags.pop("config", None)

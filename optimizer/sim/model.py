@@ -196,11 +196,28 @@ class Rule:
         return True
 
 
-def capture_batch_sizes(max_bs: int) -> list[int]:
-    """SGLang's default decode CUDA-graph batch sizes up to ``max_bs``."""
-    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 4097, 16))
+def capture_batch_sizes(max_bs: int, spec: bool = False) -> list[int]:
+    """SGLang's default decode CUDA-graph batch sizes up to ``max_bs`` (0.5.17: 1-8, then steps of 2, 4, 8, 16 with
+    speculative decoding; 1, 2, 4, 8, 12, 16, then steps of 8 without); ``max_bs`` itself is always captured."""
+    if spec:
+        sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4)) + list(range(72, 257, 8))
+        sizes += list(range(272, 4097, 16))
+    else:
+        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 4097, 16))
     out = [s for s in sizes if s <= max_bs]
+    if max_bs >= 1 and max_bs not in out:
+        out.append(max_bs)
     return out or [1]
+
+
+#: A decode-graph capture costs a fixed part plus a part per captured batch size; the fixed part is worth this many
+#: sizes. Calibrated on the 8B-sized model on one H200 (issue 23, warm caches): the speculative graphs took 9.9 s
+#: with 35 sizes and 3.4 s with 2, i.e. 3.0 s + 0.197 s per size (3.0 / 0.197 = 15.2).
+GRAPH_FIXED_SIZES = 15.2
+#: With ``--skip-server-warmup`` SGLang's warm-up request goes, but the first ``/health`` still runs a generation
+#: after ``await asyncio.sleep(1)``: about a second remains. Calibrated so the issue's boot goes from 65.3 s (35
+#: sizes, warm-up) to 57.0 s (2 sizes, no warm-up): 6.5 s of graphs and 1.8 s of warm-up.
+HEALTH_AFTER_SKIPPED_WARMUP_S = 1.0
 
 
 @lru_cache(maxsize=4096)
@@ -305,6 +322,9 @@ class Profile:
         triple = sgl.resolved_triple(flags, architecture=self.architecture) if spec else None
         attn = str(flags.get("attention-backend") or self.default_attention)
         cgbs = int(flags.get("cuda-graph-max-bs") or self.default_cuda_graph_max_bs)
+        graph_bs = flags.get("cuda-graph-bs-decode") or flags.get("cuda-graph-bs")
+        if isinstance(graph_bs, (list, tuple)) and graph_bs:  # SGLang: an explicit list sets max_bs = max(list)
+            cgbs = max(int(b) for b in graph_bs)
         mrr = flags.get("max-running-requests")
         if mrr is None:
             max_running = 48 if algo is not None else 4096
@@ -324,6 +344,7 @@ class Profile:
             car_disabled=car_disabled,
             car_active=car_active,
             mfs=mfs,
+            graph_bs=sorted({int(b) for b in graph_bs}) if isinstance(graph_bs, (list, tuple)) and graph_bs else None,
         )
 
     # ------------------------------------------------------------------ acceptance
@@ -420,9 +441,11 @@ class Profile:
         """The boot phases and their real (unscaled) durations in seconds."""
         r = self._resolve(flags)
         bt = self.boot
-        n_bs = len(capture_batch_sizes(r["cgbs"]))
-        n_bs_default = len(capture_batch_sizes(self.default_cuda_graph_max_bs))
-        graph_scale = n_bs / n_bs_default
+        spec_graphs = r["algo"] is not None and r["triple"] is not None
+        n_bs = len(r["graph_bs"] or capture_batch_sizes(r["cgbs"], spec_graphs))
+        n_bs_default = len(capture_batch_sizes(self.default_cuda_graph_max_bs, spec_graphs))
+        # the profile's capture times are at its default sizes; a fixed part stays whatever the list
+        graph_scale = (GRAPH_FIXED_SIZES + n_bs) / (GRAPH_FIXED_SIZES + n_bs_default)
         phases = [
             ("imports", bt["imports"]),
             ("server_args", bt["server_args"]),
@@ -454,7 +477,10 @@ class Profile:
                         phases.append((f"adaptive_state_{k}", self.adaptive_state_cost(r, k)[0]))
         else:
             phases.append(("capture_decode", bt["capture_decode"] * graph_scale))
-        phases.append(("warmup", bt["warmup"]))
+        if _truthy(flags.get("skip-server-warmup")):
+            phases.append(("health", min(bt["warmup"], HEALTH_AFTER_SKIPPED_WARMUP_S)))
+        else:
+            phases.append(("warmup", bt["warmup"]))
         return [(name, round(float(sec), 3)) for name, sec in phases]
 
     def adaptive_state_cost(self, r: Mapping[str, Any], k: int) -> tuple[float, float]:

@@ -549,7 +549,7 @@ def llama8b_dims_2x_h200() -> Profile:
             capture_draft_prefill=0.5,
             capture_draft_decode=2.0,
             capture_draft_extend=0.8,
-            warmup=2.5,
+            warmup=2.8,  # SGLang's warm-up request and the first /health; 1.8 s of it goes with --skip-server-warmup
         ),
         rules=(
             Rule(

@@ -21,6 +21,7 @@ from typing import Any
 
 import optuna
 
+from ..boot import search_boot_spec
 from ..events import ChunkEvent, PhaseEvent, TrialResult
 from ..executors import Executor
 from ..hosts.config import HostConfig
@@ -349,6 +350,15 @@ class Driver:
             protected=cand.is_baseline,  # no speculation: never pruned (the baseline, and the space's 'none')
             level_order=self.plan.order(),
             interleave=self.plan.interleave,
+            # the search boot (optimizer/boot.py): search launches only, never the confirmation or the export
+            **search_boot_spec(
+                server.search_boot,
+                cand.flags,
+                server.extra_args,
+                self.cfg.workload.levels,
+                server.env,
+                bench_warmup=self.cfg.workload.warmup_requests,
+            ),
         )
 
     # ------------------------------------------------------------------ events

@@ -94,6 +94,10 @@ class Recorder:
         if r.boot_s is not None:
             t.set_user_attr(R.BOOT_S, r.boot_s)
             t.set_user_attr(R.BOOT_PHASES, r.boot_phases)
+        if r.stop_s is not None:
+            t.set_user_attr(R.STOP_S, r.stop_s)
+        if a.spec.boot_flags:
+            t.set_user_attr(R.SEARCH_BOOT, a.spec.boot_flags)
         for k, v in (r.metrics or {}).items():
             if v is not None and not (isinstance(v, float) and v != v):
                 t.set_user_attr(k, v)

@@ -112,3 +112,24 @@ cp "$STAGE/_offline_assets/sglang-bundle-manifest.txt" "$GPU_DIR/sglang-bundle.m
 echo "[sglang-bundle] unpacked size: $(du -sh "$STAGE" | cut -f1); packing (xz $XZ_LEVEL)..."
 pack_dir "$STAGE" "$OUT"
 echo "[sglang-bundle] wrote $OUT ($(du -b "$OUT" | cut -f1) bytes)"
+
+# Compiled bytecode (issue 23: the bundle's site dir held no .pyc after every launch, so each start compiled its
+# ~2,400 modules from source, in the launcher and again in the scheduler process). Compiled with the GPU image's
+# CPython 3.12 (a .pyc holds its interpreter's magic number), as unchecked-hash files: the interpreter never stats
+# the sources, whose mtimes the archive fixes. Shipped as a second archive, unpacked over the same site dir: sglang's
+# bytecode alone is ~56 MB (~12.6 MB xz), more than the main transfer has to spare. Without python3.12 here, the
+# GPU host compiles once after unpacking (tools/gpu_run/boot_ab.sh PYC=1 does: python3 -m compileall ...).
+PYC_PY="${PYC_PY:-python3.12}"
+PYC_OUT="$GPU_DIR/sglang-pyc.tar.xz"
+if command -v "$PYC_PY" >/dev/null 2>&1 && "$PYC_PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
+  echo "[sglang-bundle] compiling bytecode with $PYC_PY (unchecked-hash)"
+  "$PYC_PY" -m compileall -q -j 0 --invalidation-mode unchecked-hash "$STAGE" >/dev/null || true
+  (cd "$STAGE" && find . -name '*.pyc' -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z \
+     | tar --null --no-recursion -T - --owner=0 --group=0 --numeric-owner --mtime='2026-01-01 00:00:00' -cf -) \
+    | xz -T0 "$XZ_LEVEL" > "$PYC_OUT.tmp" && mv "$PYC_OUT.tmp" "$PYC_OUT"
+  find "$STAGE" -name __pycache__ -type d -prune -exec rm -rf {} +
+  echo "[sglang-bundle] wrote $PYC_OUT ($(du -b "$PYC_OUT" | cut -f1) bytes); unpack it over the site dir too"
+else
+  echo "[sglang-bundle] no CPython 3.12 ($PYC_PY): no bytecode archive; compile on the GPU host after unpacking:"
+  echo "  python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash /tmp/site"
+fi
