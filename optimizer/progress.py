@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -26,9 +26,28 @@ from .study import records as R
 from .study.records import baseline_trial, best_trial, feasible
 
 if TYPE_CHECKING:
+    import optuna
     from optuna.trial import FrozenTrial
 
-    from .study.driver import Driver
+    from .hosts.config import HostConfig
+    from .settings import StudyConfig
+
+
+class Driver(Protocol):
+    """What a display reads of the driver (``optimizer.study.driver.Driver``), named here so that this module
+    imports nothing of the study package's driver: the driver imports the display, never the other way round."""
+
+    cfg: StudyConfig
+    study: optuna.Study
+    hosts: list[HostConfig]
+
+    @property
+    def host_phase(self) -> dict[str, Any]: ...
+
+    def budget_left(self) -> int: ...
+    def launched(self) -> int: ...
+    def eta_s(self) -> float | None: ...
+
 
 MAX_REFRESH_PER_SECOND = 4.0
 
