@@ -38,7 +38,7 @@ from benchmarks.strategies import ROOT, space_for, truth
 from optimizer.adaptive_export import STEM, adaptive_flags, export_adaptive, schedule
 from optimizer.hosts.config import local_host
 from optimizer.levels import level_answers, study_plan
-from optimizer.pruning import make_pruner
+from optimizer.pruning import study_pruner
 from optimizer.settings import parse_study
 from optimizer.simexec import CATEGORY_MIX, ModelExecutor
 from optimizer.space import SearchSpace, parse_space
@@ -96,12 +96,7 @@ def run_one(profile: str, levels: list[int], kind: str, seed: int, budget: int, 
     study = optuna.create_study(
         direction="maximize",
         sampler=make_sampler(cfg, space),
-        pruner=make_pruner(
-            cfg.pruner.name,
-            n_startup_steps=cfg.pruner.n_startup_steps,
-            n_startup_trials=cfg.pruner.n_startup_trials,
-            min_gap=cfg.pruner.min_gap,
-        ),  # fmt: skip
+        pruner=study_pruner(cfg),
     )
     ex = ModelExecutor(profile, ["h0"], cfg.workload, seed=seed + 1000)
     Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()

@@ -42,7 +42,7 @@ import optuna
 from benchmarks.strategies import _config, space_for, truth
 from optimizer.confirm import Confirmer
 from optimizer.hosts.config import local_host
-from optimizer.pruning import make_pruner
+from optimizer.pruning import study_pruner
 from optimizer.settings import STOP_BELOW_GAIN_PCT
 from optimizer.simexec import ModelExecutor
 from optimizer.study import Driver, Progress, best_trial, hostnoise, make_sampler
@@ -94,13 +94,7 @@ def run_one(
         study = optuna.create_study(
             direction="maximize",
             sampler=make_sampler(cfg, space),
-            pruner=make_pruner(
-                cfg.pruner.name,
-                n_startup_steps=cfg.pruner.n_startup_steps,
-                n_startup_trials=cfg.pruner.n_startup_trials,
-                min_gap=cfg.pruner.min_gap,
-                launch_noise=cfg.pruner.launch_noise,
-            ),
+            pruner=study_pruner(cfg),
         )
         ex = ModelExecutor(profile, names, cfg.workload, seed=seed + 1000, launch_noise=noise)
         host_cfgs = [local_host(n) for n in names]

@@ -23,7 +23,7 @@ import optuna
 from benchmarks.strategies import true_value
 from optimizer.hosts.config import local_host
 from optimizer.levels import trial_levels
-from optimizer.pruning import make_pruner
+from optimizer.pruning import study_pruner
 from optimizer.settings import parse_study
 from optimizer.simexec import ModelExecutor
 from optimizer.space import SearchSpace
@@ -41,12 +41,7 @@ def _study(cfg: Any, space: SearchSpace) -> optuna.Study:
     return optuna.create_study(
         direction="maximize",
         sampler=make_sampler(cfg, space),
-        pruner=make_pruner(
-            cfg.pruner.name,
-            n_startup_steps=cfg.pruner.n_startup_steps,
-            n_startup_trials=cfg.pruner.n_startup_trials,
-            min_gap=cfg.pruner.min_gap,
-        ),
+        pruner=study_pruner(cfg),
     )
 
 

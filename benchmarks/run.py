@@ -201,7 +201,8 @@ def section_accuracy(args: argparse.Namespace) -> dict[str, Any]:
 def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """A smaller run through real simulator processes, checked against the in-process model run."""
     from benchmarks.loop import run_study
-    from benchmarks.strategies import make_pruner, make_sampler, true_value, truth
+    from benchmarks.strategies import make_sampler, true_value, truth
+    from optimizer.pruning import make_pruner
     from optimizer.space import load_space
 
     prof = "llama-3.1-8b-h100"

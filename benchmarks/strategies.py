@@ -25,7 +25,7 @@ from benchmarks.streaks import launches_from_study, near_identical_streak_share,
 from optimizer.candidate import Candidate
 from optimizer.hosts.config import local_host
 from optimizer.loadgen.workload import Workload
-from optimizer.pruning import make_pruner
+from optimizer.pruning import study_pruner
 from optimizer.samplers.candidates import build_table
 from optimizer.settings import parse_study
 from optimizer.sglang import flags as sgl
@@ -155,13 +155,7 @@ def run_driver(
     study = optuna.create_study(
         direction="maximize",
         sampler=make_sampler(cfg, space),
-        pruner=make_pruner(
-            cfg.pruner.name,
-            n_startup_steps=cfg.pruner.n_startup_steps,
-            n_startup_trials=cfg.pruner.n_startup_trials,
-            min_gap=cfg.pruner.min_gap,
-            launch_noise=cfg.pruner.launch_noise,
-        ),
+        pruner=study_pruner(cfg),
     )
     names = [f"h{i}" for i in range(hosts)]
     ex = ModelExecutor(profile, names, cfg.workload, seed=seed + 1000)

@@ -208,3 +208,16 @@ def make_pruner(
             optuna.pruners.MedianPruner(n_startup_trials=n_startup_trials, n_warmup_steps=n_startup_steps), min_gap
         )
     raise ValueError(f"unknown pruner {name!r}")
+
+
+def study_pruner(cfg) -> optuna.pruners.BasePruner:  # noqa: ANN001 - optimizer.settings.StudyConfig (no import cycle)
+    """The pruner a study file asks for (``pruner:``), with every setting it states."""
+    p = cfg.pruner
+    return make_pruner(
+        p.name,
+        p_threshold=p.p_threshold,
+        n_startup_steps=p.n_startup_steps,
+        n_startup_trials=p.n_startup_trials,
+        min_gap=p.min_gap,
+        launch_noise=p.launch_noise,
+    )

@@ -16,7 +16,7 @@ from optuna.storages.journal import JournalFileBackend
 
 from ..errors import OptimizerError
 from ..hosts import _proc
-from ..pruning import make_pruner
+from ..pruning import study_pruner
 from ..samplers import make_sampler
 from ..settings import StudyConfig
 from ..space import SearchSpace
@@ -84,15 +84,7 @@ def load_or_create(
         study_name=cfg.study,
         storage=open_storage(cfg.storage_url),
         sampler=sampler or make_sampler(cfg, space),
-        pruner=pruner
-        or make_pruner(
-            cfg.pruner.name,
-            p_threshold=cfg.pruner.p_threshold,
-            n_startup_steps=cfg.pruner.n_startup_steps,
-            n_startup_trials=cfg.pruner.n_startup_trials,
-            min_gap=cfg.pruner.min_gap,
-            launch_noise=cfg.pruner.launch_noise,
-        ),
+        pruner=pruner or study_pruner(cfg),
         direction="maximize",
         load_if_exists=True,
     )
