@@ -283,7 +283,7 @@ def test_search_flags_reach_the_search_but_not_the_confirmation_or_the_export(tm
     planned = capsys.readouterr().out
     cycle = boot.study_cycle_estimate(st, parse_study(study).server.search_boot)
     assert cycle is not None and cycle[1] < 5.0
-    assert f"stop {cycle[1]:.1f} s per launch" in planned, planned
+    assert f"stop {cycle[1]:.1f} s each" in planned, planned
 
 
 # ------------------------------------------------------------------------------------------ the fast stop
