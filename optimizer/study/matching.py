@@ -17,7 +17,7 @@ import optuna
 from optuna.distributions import distribution_to_json
 
 from ..errors import ConfigError
-from ..redact import redact_text
+from ..redact import redact_mapping, redact_text
 from ..settings import StudyConfig
 from ..space import CategoricalParam, FloatParam, IntParam, SearchSpace
 from . import records as R
@@ -28,8 +28,9 @@ def space_record(space: SearchSpace) -> dict[str, Any]:
     return json.loads(
         json.dumps(
             {
-                "fixed": dict(m.fixed),
-                "env": dict(m.env),
+                # stored in the study: secret-named values masked (a changed secret is not a different space)
+                "fixed": redact_mapping(dict(m.fixed)),
+                "env": redact_mapping(dict(m.env)),
                 "parameters": {k: v.model_dump(mode="json", exclude_none=True) for k, v in space.params.items()},
             },
             default=str,
