@@ -189,14 +189,15 @@ def test_nccl_init_hang_is_stopped_at_the_dist_init_timeout(tmp_path):
 
 
 def test_server_killed_at_each_phase(tmp_path):
-    """SIGKILL the server's process group while it boots, warms up and serves the benchmark."""
-    plan = {0: "booting", 1: "warming_up", 2: "benchmarking"}
+    """SIGKILL the server's process group while it boots, warms up and serves the benchmark (not the baseline's:
+    a failed baseline stops the study, tests/test_check_before_spending.py)."""
+    plan = {1: "booting", 2: "warming_up", 3: "benchmarking"}
     killed: dict[int, tuple[str, int]] = {}
     cfg = make_cfg(
         tmp_path,
         "faults-phase",
-        initial=[GOOD, {**GOOD, "speculative-num-steps": 3}],
-        budget={"trials": 4},
+        initial=[GOOD, {**GOOD, "speculative-num-steps": 3}, {**GOOD, "speculative-num-steps": 5}],
+        budget={"trials": 5, "stop_below_gain_pct": None},
         workload={"chunks": 4, "requests_per_chunk": 3, "max_tokens": 64},
         server={"command": sim_command(time_scale=0.004), "boot_timeout_s": 30},
     )
