@@ -93,6 +93,11 @@ def test_the_wrapper_hands_sglang_the_trials_accept_length_from_server_env_only(
     cfg = tmp_path / "best.yaml"
     cfg.write_text("speculative-algorithm: EAGLE3\nspeculative-num-steps: 5\n")
     assert _wrapper(tmp_path, ["--config", str(cfg)], env) == "3.035"  # the exported file's round trip
+    # an adaptive server without a step count (an exported schedule): one accept length, the step-3 entry
+    assert _wrapper(tmp_path, ["--speculative-adaptive", "--speculative-adaptive-config", "s.json"], env) == "2.655"
+    sched = tmp_path / "best-adaptive.yaml"
+    sched.write_text("speculative-algorithm: EAGLE3\nspeculative-adaptive: true\n")
+    assert _wrapper(tmp_path, ["--config", str(sched)], env) == "2.655"
     assert _wrapper(tmp_path, ["--port", "1"], env) == "unset"  # the baseline: no speculation, no override
     assert _wrapper(tmp_path, ["--speculative-num-steps", "2"], {"SGLANG_SIMULATE_ACC_LEN": "3.0"}) == "3.0"
     # nothing set in server.env: the wrapper sets nothing behind the optimizer's back

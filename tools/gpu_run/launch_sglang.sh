@@ -17,6 +17,14 @@ done
 if [ -z "$steps" ] && [ -n "$cfg" ] && [ -f "$cfg" ]; then
   steps="$(python3 -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])) or {}; print(d.get("speculative-num-steps", ""))' "$cfg")"
 fi
+# An adaptive server may run without a step count (an exported schedule: the steps per batch size are in its JSON);
+# SGLang simulates one accept length per server whatever the steps, so it gets the entry of ADAPTIVE_ACC_STEPS.
+adaptive=""
+for a in "$@"; do [ "$a" = "--speculative-adaptive" ] && adaptive=1; done
+if [ -z "$adaptive" ] && [ -n "$cfg" ] && [ -f "$cfg" ]; then
+  adaptive="$(python3 -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])) or {}; print("1" if d.get("speculative-adaptive") else "")' "$cfg")"
+fi
+if [ -z "$steps" ] && [ -n "$adaptive" ]; then steps="${ADAPTIVE_ACC_STEPS:-3}"; fi
 acc="${SGLANG_SIMULATE_ACC_LEN:-}"
 case "$acc" in
   *,*)
