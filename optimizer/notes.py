@@ -447,8 +447,12 @@ def annotate(study: optuna.Study, frozen: FrozenTrial, cfg: Any) -> None:
 
 
 def save_study_note(study: optuna.Study) -> None:
-    """The study's note in optuna-dashboard (after every trial, and after a confirmation)."""
-    import optuna_dashboard
+    """The study's note in optuna-dashboard (after every trial, and after a confirmation). Without
+    optuna-dashboard installed (an air-gapped GPU host's bundle leaves the UI out) there is no note to write."""
+    try:
+        import optuna_dashboard
+    except ImportError:
+        return
 
     from .levels_view import study_note_lines
 

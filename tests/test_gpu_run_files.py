@@ -95,6 +95,9 @@ def test_the_wrapper_hands_sglang_the_trials_accept_length_from_server_env_only(
     assert _wrapper(tmp_path, ["--config", str(cfg)], env) == "3.035"  # the exported file's round trip
     # an adaptive server without a step count (an exported schedule): one accept length, the step-3 entry
     assert _wrapper(tmp_path, ["--speculative-adaptive", "--speculative-adaptive-config", "s.json"], env) == "2.655"
+    tuned = tmp_path / "best-adaptive.json"
+    tuned.write_text('{"16": {"candidate_steps": [2]}, "1": {"candidate_steps": [4, 5]}}')
+    assert _wrapper(tmp_path, ["--speculative-adaptive", "--speculative-adaptive-config", str(tuned)], env) == "2.89"
     sched = tmp_path / "best-adaptive.yaml"
     sched.write_text("speculative-algorithm: EAGLE3\nspeculative-adaptive: true\n")
     assert _wrapper(tmp_path, ["--config", str(sched)], env) == "2.655"

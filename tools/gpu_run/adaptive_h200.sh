@@ -8,6 +8,8 @@
 #   OUT      where the results go (default /tmp/h200-out)
 #   WAIT_S   how long this call waits before packing what it has (default 560)
 #   ROUNDS   confirmation rounds (default 1)
+#   CONFIRM_AGAIN  1: only the adaptive confirmation again (ROUNDS rounds), on the finished study (restored from
+#            .gpu/h200-adaptive-study.tgz on a fresh machine)
 set -u -o pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$REPO"
@@ -31,6 +33,18 @@ export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 tools/gpu_run/models_8b.py --root "$MODELS" --tokenizer "$SITE/_offline_assets/smollm2-tokenizer" >/dev/null
+if [ ! -f "$DIR/journal.log" ] && [ -f .gpu/h200-adaptive-study.tgz ]; then
+  tar xzf .gpu/h200-adaptive-study.tgz && rm -f "$DIR/job.pid" && say "restored the study from .gpu/h200-adaptive-study.tgz"
+fi
+if [ "${CONFIRM_AGAIN:-0}" = 1 ] && [ -f "$DIR/DONE" ]; then
+  rm -f "$DIR/DONE" "$DIR/job.pid"
+  setsid bash -c "
+    python3 -m optimizer.adaptive_confirm --config $CFG --rounds $ROUNDS --executor thread > $DIR/confirm.log 2>&1
+    echo \"confirm again ($ROUNDS rounds) exit \$?\" >> $DIR/steps.log
+    touch $DIR/DONE" > /dev/null 2>&1 &
+  echo $! > "$DIR/job.pid"
+  say "confirming again: $ROUNDS rounds"
+fi
 alive() { [ -f "$DIR/job.pid" ] && kill -0 "$(cat "$DIR/job.pid")" 2>/dev/null; }
 if [ -f "$DIR/DONE" ]; then
   say "already finished"

@@ -24,7 +24,20 @@ for a in "$@"; do [ "$a" = "--speculative-adaptive" ] && adaptive=1; done
 if [ -z "$adaptive" ] && [ -n "$cfg" ] && [ -f "$cfg" ]; then
   adaptive="$(python3 -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])) or {}; print("1" if d.get("speculative-adaptive") else "")' "$cfg")"
 fi
-if [ -z "$steps" ] && [ -n "$adaptive" ]; then steps="${ADAPTIVE_ACC_STEPS:-3}"; fi
+# The step count that server runs at batch 1: the first candidate of the smallest batch size in its
+# --speculative-adaptive-config, else SGLang's default config's middle candidate (3), or ADAPTIVE_ACC_STEPS.
+if [ -z "$steps" ] && [ -n "$adaptive" ]; then
+  acfg=""
+  prev=""
+  for a in "$@"; do [ "$prev" = "--speculative-adaptive-config" ] && acfg="$a"; prev="$a"; done
+  if [ -z "$acfg" ] && [ -n "$cfg" ] && [ -f "$cfg" ]; then
+    acfg="$(python3 -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])) or {}; print(d.get("speculative-adaptive-config") or "")' "$cfg")"
+  fi
+  if [ -n "$acfg" ] && [ -f "$acfg" ]; then
+    steps="$(python3 -c 'import sys, json; d = json.load(open(sys.argv[1])); print(d[min(d, key=int)]["candidate_steps"][0])' "$acfg" 2>/dev/null)"
+  fi
+  steps="${ADAPTIVE_ACC_STEPS:-${steps:-3}}"
+fi
 acc="${SGLANG_SIMULATE_ACC_LEN:-}"
 case "$acc" in
   *,*)
