@@ -177,12 +177,15 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
     reached_at = None
     reached_t = None
     optimum_pruned = False
+    found_at = found_status = None  # the first launch of a configuration within the target, whatever it measured
     for i, (number, t_end, status) in enumerate(launches, start=1):
         t = trials.get(number)
         if t is None:
             continue
         loc = table.locate_trial(t)
         true = float(values[loc]) if loc is not None else 0.0
+        if found_at is None and true >= TARGET * opt:
+            found_at, found_status = i, status
         if status == "pruned" and loc == tr["optimum_ij"]:
             optimum_pruned = True
         if status == "complete" and t.value is not None and t.value > best_measured:
@@ -198,6 +201,8 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
         "final_true": incumbent_true,
         "optimum_pruned": optimum_pruned,
         "prune_saving": pruned_saved,
+        "found_at": found_at,
+        "found_status": found_status,
         "bench_s": ex.ledger.bench_s,
         "bench_full_s": ex.ledger.bench_full_s,
         "clock_s": ex.clock,

@@ -236,6 +236,30 @@ def test_crash_after_a_few_dozen_requests_fails_through_the_executor() -> None:
     by_steps = {tree[0]: status for tree, _, status in seen}
     assert by_steps == {5: "complete", 6: "infeasible", 7: "infeasible"}
     assert r["final_true"] > 0  # the incumbent is the 5-step chain, the one that served
+    # where the restarts went: the first launch of a configuration within 98 % of the optimum, and what it measured
+    worth = [tr["values"][tr["table"].locate(eagle3(t[0], 1, t[0] + 1), {})] / tr["optimum"] for t, _, _ in seen]
+    assert worth[[t[0] for t, _, _ in seen].index(6)] == 0.0  # a chain that crashes is worth nothing
+    within = [k for k, w in enumerate(worth, start=1) if w >= 0.98]
+    assert r["found_at"] == (within[0] if within else None)
+    assert r["found_status"] == (seen[within[0] - 1][2] if within else None)
+
+
+def test_the_first_launch_within_98_percent_is_told_apart_from_the_incumbent() -> None:
+    """Where a run's restarts went (benchmarks/out_of_family.py): the first launch of a configuration within 98 %
+    of the optimum, whatever it measured, against the restarts until the best single measurement was one."""
+    land = landscape(2001)
+    space = space_for(land.profile)
+    tr = truth(land.profile, space, land.concurrency)
+    r = run_one(land, "structured", 0, 3, space, tr)
+    worth = []
+    for tree, settings, status in r["launches_seen"]:
+        assert settings == ("False", "unset", "unset", "unset")  # the first launches keep the default settings
+        loc = tr["table"].locate(eagle3(*tree) if tree else dict(FIXED), {})
+        worth.append((float(tr["values"][loc]) / tr["optimum"], status))
+    within = [k for k, (w, _) in enumerate(worth, start=1) if w >= 0.98]
+    assert within, worth  # this landscape's second launch, SGLang's default tree, is within 98 %
+    assert r["found_at"] == within[0] and r["found_status"] == worth[within[0] - 1][1]
+    assert r["restarts"] is None or r["restarts"] >= r["found_at"]
 
 
 def test_launches_from_a_real_study_and_its_streak_share() -> None:
