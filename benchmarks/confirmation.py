@@ -29,7 +29,7 @@ import optuna
 
 from optimizer.confirm import Confirmer
 from optimizer.hosts.config import local_host
-from optimizer.pruning import make_pruner
+from optimizer.pruning import study_pruner
 from optimizer.settings import parse_study
 from optimizer.simexec import CATEGORY_MIX, ModelExecutor
 from optimizer.space import load_space
@@ -69,6 +69,7 @@ def one(
             "budget": {"trials": trials},
             "workload": WORKLOAD,
             "sampler": {"seed": seed},
+            "pruner": {"launch_noise": noise if pruner_noise == "known" else 0.0},
             "confirm": {
                 "rounds": rounds,
                 "top": top,
@@ -80,9 +81,7 @@ def one(
     study = optuna.create_study(
         direction="maximize",
         sampler=make_sampler(cfg, space),
-        pruner=make_pruner(
-            cfg.pruner.name, min_gap=cfg.pruner.min_gap, launch_noise=noise if pruner_noise == "known" else 0.0
-        ),
+        pruner=study_pruner(cfg),
     )
     ex = ModelExecutor(PROFILE, ["h0"], cfg.workload, seed=seed + 1000, launch_noise=noise)
     hosts = [local_host("h0")]

@@ -24,11 +24,10 @@ import optuna
 
 from .adaptive_export import STEM, adaptive_flags, schedule
 from .candidate import Candidate
-from .confirm import NUMBER_BASE
+from .confirm import NUMBER_BASE, relaunch_spec
 from .events import TrialResult
 from .objective import parse_levels
 from .study import records as R
-from .trial import TrialSpec
 from .verdict import Arm, launch_noise, ratio
 
 RESULT_ATTR = "adaptive:confirm"
@@ -81,21 +80,7 @@ def confirm_schedule(
                 break
             rnd, arm = pending.pop(0)
             number = NUMBER_OFFSET + seq
-            spec = TrialSpec(
-                number=number,
-                candidate=arms[arm][1],
-                command=list(cfg.server.command),
-                workload=cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1 + rnd}),
-                trial_dir=str(cfg.study_dir / "confirm-adaptive" / f"{seq:04d}"),
-                extra_args=list(cfg.server.extra_args),
-                server_env=dict(cfg.server.env),
-                boot_timeout_s=cfg.server.boot_timeout_s,
-                dist_init_timeout_s=cfg.server.dist_init_timeout_s,
-                poll_s=cfg.server.poll_s,
-                stop_timeout_s=cfg.server.stop_timeout_s,
-                study=cfg.study,
-                protected=True,
-            )
+            spec = relaunch_spec(cfg, number, arms[arm][1], rnd, cfg.study_dir / "confirm-adaptive" / f"{seq:04d}")
             seq += 1
             active[number] = (rnd, arm, host)
             busy.add(host)

@@ -38,7 +38,7 @@ from optuna.trial import FrozenTrial
 
 from . import __version__
 from .candidate import Candidate
-from .levels import _counts, is_adaptive, study_plan, trial_levels
+from .levels import _counts, best_by_kind, is_adaptive, study_plan, trial_levels
 from .redact import MASK, redact_mapping
 from .sglang import adaptive, config_file
 from .sglang import flags as sgl
@@ -60,6 +60,12 @@ def _is_chain(t: FrozenTrial) -> bool:
     return algo in ("EAGLE", "EAGLE3") and tree is not None and tree[1] == 1 and not is_adaptive(t)
 
 
+def _kind(t: FrozenTrial) -> str:
+    if is_adaptive(t):
+        return "adaptive"
+    return "none" if _tree(t)[0] is None else "chain" if _is_chain(t) else "tree"
+
+
 def schedule(study: optuna.Study, *, neighbours: int = 0) -> dict[str, Any] | None:
     """The tuned schedule of a per-level study (None for a single-level study or one without a measured chain):
     ``config`` (SGLang's adaptive JSON), ``anchor`` (the trial whose other settings it uses) and one row per level.
@@ -71,20 +77,7 @@ def schedule(study: optuna.Study, *, neighbours: int = 0) -> dict[str, Any] | No
     trials = [t for t in study.get_trials(deepcopy=False) if _counts(t)]
     rows: list[dict[str, Any]] = []
     for c in plan.levels:
-        best: dict[str, tuple[float, FrozenTrial]] = {}
-        for t in trials:
-            m = trial_levels(t).get(c)
-            if not m or not m.get("complete") or m.get("tok_per_s") is None:
-                continue
-            if any(x > 0 for x in plan.violations(c, m).values()):
-                continue
-            algo, tree = _tree(t)
-            kind = "adaptive" if is_adaptive(t) else "none" if algo is None else "chain" if _is_chain(t) else "tree"
-            v = float(m["tok_per_s"])
-            for k in (kind, "any"):
-                if k not in best or v > best[k][0]:
-                    best[k] = (v, t)
-        rows.append({"concurrency": c, **{k: v for k, v in best.items()}})
+        rows.append({"concurrency": c, **best_by_kind(trials, plan, c, lambda t: (_kind(t), "any"))})
     if not any("chain" in r for r in rows):
         return None
     out_rows = []

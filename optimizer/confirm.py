@@ -132,6 +132,27 @@ def stored_verdict(study: optuna.Study) -> dict[str, Any] | None:
     return v if isinstance(v, dict) else None
 
 
+def relaunch_spec(cfg: Any, number: int, cand: Any, round_no: int, trial_dir: Any) -> TrialSpec:
+    """A confirmation relaunch: the study's server command, environment and workload, measured in full (never
+    pruned), with the prompt order of its round (shuffled per round, the same for every configuration of the
+    round: paired rounds)."""
+    return TrialSpec(
+        number=number,
+        candidate=cand,
+        command=list(cfg.server.command),
+        workload=cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1 + round_no}),
+        trial_dir=str(trial_dir),
+        extra_args=list(cfg.server.extra_args),
+        server_env=dict(cfg.server.env),
+        boot_timeout_s=cfg.server.boot_timeout_s,
+        dist_init_timeout_s=cfg.server.dist_init_timeout_s,
+        poll_s=cfg.server.poll_s,
+        stop_timeout_s=cfg.server.stop_timeout_s,
+        study=cfg.study,
+        protected=True,
+    )
+
+
 class Confirmer:
     """Runs a confirmation with an executor (the study's own: Ray actors, threads, or the in-process model).
 
@@ -438,24 +459,8 @@ class Confirmer:
         return verdict
 
     def _spec(self, it: Item, plan: dict[str, Any], cand: Any) -> TrialSpec:
-        cfg = self.cfg
-        number = NUMBER_BASE + it.seq
-        # Shuffled prompt order per round, the same for every configuration of the round (paired rounds).
-        workload = cfg.workload.model_copy(update={"seed": cfg.workload.seed + 1 + it.round})
-        return TrialSpec(
-            number=number,
-            candidate=cand,
-            command=list(cfg.server.command),
-            workload=workload,
-            trial_dir=str(cfg.study_dir / "confirm" / f"{it.seq:04d}"),
-            extra_args=list(cfg.server.extra_args),
-            server_env=dict(cfg.server.env),
-            boot_timeout_s=cfg.server.boot_timeout_s,
-            dist_init_timeout_s=cfg.server.dist_init_timeout_s,
-            poll_s=cfg.server.poll_s,
-            stop_timeout_s=cfg.server.stop_timeout_s,
-            study=cfg.study,
-            protected=True,  # never pruned: a confirmation run is measured in full
+        return relaunch_spec(
+            self.cfg, NUMBER_BASE + it.seq, cand, it.round, self.cfg.study_dir / "confirm" / f"{it.seq:04d}"
         )
 
     def _record(self, it: Item, plan: dict[str, Any], host: str, ev: TrialResult) -> None:

@@ -9,6 +9,7 @@ could not run, failed or duplicate another never count.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +151,25 @@ def is_adaptive(t: FrozenTrial) -> bool:
     return adaptive.effective(flags, sgl.algorithm(flags))
 
 
+def best_by_kind(
+    trials: list[FrozenTrial], plan: Plan, concurrency: int, kinds: Callable[[FrozenTrial], tuple[Any, ...]]
+) -> dict[Any, tuple[float, FrozenTrial]]:
+    """At one load level, the fastest complete measurement within the limits for each kind a trial counts as
+    (``kinds(trial)``: static or adaptive, chain or tree, ...): kind -> (tok/s, trial)."""
+    best: dict[Any, tuple[float, FrozenTrial]] = {}
+    for t in trials:
+        m = trial_levels(t).get(concurrency)
+        if not m or not m.get("complete") or m.get("tok_per_s") is None:
+            continue
+        if any(x > 0 for x in plan.violations(concurrency, m).values()):
+            continue
+        v = float(m["tok_per_s"])
+        for kind in kinds(t):
+            if kind not in best or v > best[kind][0]:
+                best[kind] = (v, t)
+    return best
+
+
 def adaptive_rows(study: optuna.Study, plan: Plan) -> list[dict[str, Any]]:
     """Per level, the best static configuration next to the best launch in SGLang's adaptive mode (empty when the
     study measured no adaptive launch): does the tuned static answer beat SGLang's own adaptation here?"""
@@ -158,17 +178,7 @@ def adaptive_rows(study: optuna.Study, plan: Plan) -> list[dict[str, Any]]:
         return []
     rows = []
     for c in plan.levels:
-        best: dict[bool, tuple[float, FrozenTrial]] = {}
-        for t in trials:
-            m = trial_levels(t).get(c)
-            if not m or not m.get("complete") or m.get("tok_per_s") is None:
-                continue
-            if any(x > 0 for x in plan.violations(c, m).values()):
-                continue
-            kind = is_adaptive(t)
-            v = float(m["tok_per_s"])
-            if kind not in best or v > best[kind][0]:
-                best[kind] = (v, t)
+        best = best_by_kind(trials, plan, c, lambda t: (is_adaptive(t),))
         st, ad = best.get(False), best.get(True)
         rows.append(
             {
