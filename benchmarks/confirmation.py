@@ -27,6 +27,7 @@ from typing import Any
 
 import optuna
 
+from benchmarks.strategies import new_host
 from optimizer.confirm import Confirmer
 from optimizer.hosts.config import local_host
 from optimizer.pruning import study_pruner
@@ -85,10 +86,11 @@ def one(
     )
     ex = ModelExecutor(PROFILE, ["h0"], cfg.workload, seed=seed + 1000, launch_noise=noise)
     hosts = [local_host("h0")]
-    Driver(cfg, space, hosts, ex, progress=Progress(lambda s: None), study=study).run()
-    study_launches = len(ex.ledger.launches)
-    clock0 = ex.clock
-    verdict = Confirmer(cfg, space, hosts, ex, study).run(rounds, top)
+    with new_host(cfg) as cfg:  # a confirmation stores the host's noise: never in this machine's store
+        Driver(cfg, space, hosts, ex, progress=Progress(lambda s: None), study=study).run()
+        study_launches = len(ex.ledger.launches)
+        clock0 = ex.clock
+        verdict = Confirmer(cfg, space, hosts, ex, study).run(rounds, top)
     opt = max(values.values())
 
     def true_of(trial_number: int | None) -> float:

@@ -20,7 +20,7 @@ from typing import Any
 
 import optuna
 
-from benchmarks.strategies import true_value
+from benchmarks.strategies import new_host, true_value
 from optimizer.hosts.config import local_host
 from optimizer.levels import trial_levels
 from optimizer.pruning import study_pruner
@@ -61,7 +61,8 @@ def _run(
     cfg = parse_study(data, "<bench>")
     study = _study(cfg, space)
     ex = ModelExecutor(PROFILE, ["h0"], cfg.workload, seed=seed + 1000)
-    Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
+    with new_host(cfg) as cfg:
+        Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
     return study, ex
 
 

@@ -201,7 +201,7 @@ def section_accuracy(args: argparse.Namespace) -> dict[str, Any]:
 def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """A smaller run through real simulator processes, checked against the in-process model run."""
     from benchmarks.loop import run_study
-    from benchmarks.strategies import make_sampler, true_value, truth
+    from benchmarks.strategies import make_sampler, new_host, true_value, truth
     from optimizer.pruning import make_pruner
     from optimizer.space import load_space
 
@@ -236,7 +236,8 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         )
         study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg, space), pruner=make_pruner("ratio"))
         ex = ModelExecutor(prof, ["h0"], cfg.workload, seed=seed)
-        Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
+        with new_host(cfg) as cfg:
+            Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
         mb = best_trial(study)
         row = {
             "seed": seed,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +138,14 @@ def _config(strategy: str, seed: int, budget: int, concurrency: int) -> Any:
     return parse_study(data, "<bench>")
 
 
+@contextmanager
+def new_host(cfg: Any) -> Iterator[Any]:
+    """``cfg`` with a fresh temporary ``studies_dir``: every benchmark run is a new host, whatever this machine's
+    host-noise store (``optimizer.study.hostnoise``, under ``studies/hosts``) learned from earlier studies."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        yield cfg.model_copy(update={"studies_dir": tmp})
+
+
 def run_driver(
     profile: str | Profile,
     concurrency: int,
@@ -162,8 +172,9 @@ def run_driver(
     if launch_noise is not None:
         sigma = launch_noise
         ex.profile.launch_factor = lambda rng: float(np.clip(rng.normal(1.0, sigma), 0.6, 1.4))  # type: ignore[method-assign]
-    driver = Driver(cfg, sp, [local_host(n) for n in names], ex, progress=Progress(lambda s: None), study=study)
-    driver.run()
+    with new_host(cfg) as cfg:
+        driver = Driver(cfg, sp, [local_host(n) for n in names], ex, progress=Progress(lambda s: None), study=study)
+        driver.run()
     return score(study, ex, tr)
 
 

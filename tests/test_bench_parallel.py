@@ -60,3 +60,30 @@ def _slow_square(x: int, wait_s: float) -> int:
 
     time.sleep(wait_s)
     return x * x
+
+
+def test_a_benchmark_run_is_a_new_host_whatever_this_machine_stored(tmp_path, monkeypatch):
+    """A confirmation stores a host's launch noise under ``studies/hosts`` and a later study on that host adopts it
+    for the pruner. Benchmark runs name their simulated hosts h0, h1, ...: a noise stored by an earlier benchmark
+    (or study) in the working directory changed every later figure. Each run now starts from an empty store."""
+    import warnings
+
+    import optuna
+
+    from benchmarks.out_of_family import run_one
+    from benchmarks.landscapes_ood import landscape as ood
+    from optimizer.study import hostnoise
+
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    monkeypatch.chdir(tmp_path)
+    land = ood(3002)
+
+    def outcome() -> list:
+        r = run_one(land, "tpe", 0, 12)
+        return [status for _, _, status in r["launches_seen"]]
+
+    clean = outcome()
+    hostnoise.save(tmp_path / "studies", hostnoise.identity("h0", {}, None), "earlier", 0.19, 8)
+    assert (tmp_path / "studies" / "hosts").exists()
+    assert outcome() == clean
