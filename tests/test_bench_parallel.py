@@ -70,8 +70,8 @@ def test_a_benchmark_run_is_a_new_host_whatever_this_machine_stored(tmp_path, mo
 
     import optuna
 
-    from benchmarks.out_of_family import run_one
     from benchmarks.landscapes_ood import landscape as ood
+    from benchmarks.out_of_family import run_one
     from optimizer.study import hostnoise
 
     warnings.filterwarnings("ignore")
