@@ -450,3 +450,37 @@ def test_study_stops_launching_when_the_model_is_confident():
     assert spent == 12
     stopped, lines = run(0.2)  # a 20 % gain is never expected once the baseline and SGLang's default are measured
     assert stopped < 12 and any("no more launches" in ln for ln in lines), (stopped, lines[-3:])
+
+
+def test_what_topk_4_taught_leaves_topk_2_unsure_and_one_launch_there_corrects_the_curve():
+    """The accept curve is linear in log2(topk), but siblings may pay off fully at topk 2 and add nothing beyond
+    (a drafter whose second choice is the only good one). Each topk level has its own deviation from the curve
+    (``TOPK_ACCEPT_SD``): launches at topk 4 leave topk 2 uncertain, and one launch at topk 2 teaches it."""
+    from optimizer.samplers import throughput_model as TM
+
+    space = parse_space(SPACE, "small.yaml")
+    table = build_table(space)
+    steps, topk, draft = table.trees.T
+
+    def row(s: int, k: int, d: int) -> int:
+        return int(np.flatnonzero((steps == s) & (topk == k) & (draft == d) & table.spec)[0])
+
+    def truth_L(s: int, k: int, d: int) -> float:
+        chain = 1 + sum(np.prod([0.8 * 0.85**i for i in range(j + 1)]) for j in range(s))
+        return chain * (1.25 if k > 1 and d > s + 1 else 1.0)  # any tree: +25 %, topk 2 as much as topk 4
+
+    j0 = table.other_values.index(table.default_other)
+    seen = [(3, 4, 9), (4, 4, 11), (2, 4, 7), (3, 1, 4), (5, 1, 6)]
+    obs = [Observation(row(*t), j0, 100.0, truth_L(*t)) for t in seen]
+    model = ThroughputModel(table, concurrency=1, tp_size=8).fit(obs)
+
+    def log_sd(i: int) -> float:
+        x = model.acc_X[i]
+        return float(np.sqrt(x @ model.accept.cov @ x))
+
+    k2, k4 = row(3, 2, 7), row(3, 4, 7)
+    assert log_sd(k2) > log_sd(k4) + 0.5 * TM.TOPK_ACCEPT_SD  # never launched at topk 2: still unsure there
+    before = abs(model.accept_length(k2) / truth_L(3, 2, 7) - 1)
+    model.fit(obs + [Observation(row(4, 2, 9), j0, 100.0, truth_L(4, 2, 9))])
+    after = abs(model.accept_length(k2) / truth_L(3, 2, 7) - 1)
+    assert after < 0.03 and after < before, (before, after)  # one launch at topk 2 taught every topk-2 tree

@@ -7,11 +7,16 @@ Throughput is tokens accepted per verify step over the time of one step:
 - ``L``, the accept length, depends only on the draft tree and the workload. Modelled as
   ``log(L - 1) = w . f(depth, topk, extra draft tokens)``: a curve in log depth that saturates as published EAGLE-3
   curves do, plus a gain from branching (topk) that grows with the draft tokens beyond the chain's depth.
-  Every launch that reports an accept length teaches it, pruned launches included.
+  Every launch that reports an accept length teaches it, pruned launches included. The curve's form may be wrong
+  for a machine (siblings that pay at topk 2 and add nothing at 8, a drafter that falls off past its trained depth),
+  so each topk level and each chain depth also has its own deviation from it, with a prior spread
+  (``TOPK_ACCEPT_SD``, ``DEPTH_ACCEPT_SD``): launches at topk 8 leave topk 4 uncertain, so it stays worth a launch
+  until one is measured, which then teaches every tree of that topk.
 - ``t``, the step time, is ``exp(w . g(tree) + v . h(settings) + spec * u . h1(settings))``: the tree's cost
   (draft passes grow with steps and topk, the verify pass with its width and the batch), times a factor for the
   other settings (custom all-reduce, NCCL protocol / algorithm / P2P level and their pairs) that is the same for
-  every tree, and a prior belief that speculation's multi-token verify pass feels them more than the baseline's
+  every tree (each topk level with its own small deviation in the drafter's cost, ``TOPK_STEP_SD``), and a prior
+  belief that speculation's multi-token verify pass feels them more than the baseline's
   1-token decode (the field report: NCCL tuning helped the verify pass, not plain decoding).
   The step time of a launch is read from its measured tok/s and accept length, so a launch teaches ``t`` whatever
   its tree, and the settings' factor is learned from a few launches and then combined with the best tree.
@@ -46,6 +51,12 @@ from .candidates import CandidateTable
 ACCEPT_PRIOR_MEAN = np.array([-0.27, 0.85, -0.15, 0.0, 0.10, 0.0])
 ACCEPT_PRIOR_SD = np.array([0.6, 0.35, 0.12, 0.15, 0.15, 0.08])
 ACCEPT_NOISE_SD = 0.06
+#: prior spread of each topk level's own deviation from the curve above (log(L - 1) for trees, log step time): the
+#: curve is linear in log2(topk), but siblings may pay off at 2 and saturate by 4, or never pay; what a launch with
+#: topk 8 taught leaves topk 4 this unsure
+TOPK_ACCEPT_SD = 0.2
+TOPK_STEP_SD = 0.05
+DEPTH_ACCEPT_SD = 0.1
 STEP_NOISE_SD = 0.04
 # Prior spread of one setting's effect on step time (log scale) and of a pair's extra effect: the field report's
 # NCCL tuning moved a TP 8 PCIe server by ~6 % overall (27 % of the verify pass); with one GPU they cannot matter.
@@ -146,7 +157,11 @@ class ThroughputModel:
             (0.01, 0.005, 0.005) if tp_size <= 1 else (SETTING_SD, SETTING_PAIR_SD, SETTING_SPEC_SD)
         )
         nm, npair = self.main_X.shape[1], self.pair_X.shape[1]
-        self.accept = BayesLinear(ACCEPT_PRIOR_MEAN, ACCEPT_PRIOR_SD)
+        n_topk, n_depth = _topk_levels(table).shape[1], _depth_levels(table).shape[1]
+        self.accept = BayesLinear(
+            np.concatenate([ACCEPT_PRIOR_MEAN, np.zeros(n_topk + n_depth)]),
+            np.concatenate([ACCEPT_PRIOR_SD, np.full(n_topk, TOPK_ACCEPT_SD), np.full(n_depth, DEPTH_ACCEPT_SD)]),
+        )
         # one step-time regression per prior scale of the settings' effects, averaged by evidence (module doc)
         scales = SETTING_SCALES if tp_size > 1 and adaptive_settings else (1.0,)
         setting_sd = np.concatenate([sd_main * main_scale, np.full(npair, sd_pair), sd_spec * main_scale])
@@ -231,7 +246,27 @@ def _accept_features(table: CandidateTable) -> np.ndarray:
     lt = np.log2(np.maximum(topk, 1.0))
     extra = np.maximum(0.0, draft - 1 - depth)
     fill = np.minimum(1.0, extra / depth)
-    return np.stack([np.ones_like(x), x, x**2, lt * fill, lt * np.log1p(extra) / 3, lt * x], axis=1)
+    base = np.stack([np.ones_like(x), x, x**2, lt * fill, lt * np.log1p(extra) / 3, lt * x], axis=1)
+    return np.concatenate([base, _topk_levels(table), _depth_levels(table)], axis=1)
+
+
+def _depth_levels(table: CandidateTable) -> np.ndarray:
+    """(n_tree, k) one column per chain depth of the space (the accept curve may bend anywhere)."""
+    steps, draft = table.trees[:, 0], table.trees[:, 2]
+    depth = np.where(table.spec, np.maximum(1, np.minimum(steps, draft - 1)), 0)
+    levels = sorted({int(d) for d in depth[table.spec]})
+    return np.stack([depth == d for d in levels], axis=1).astype(float) if levels else np.zeros((len(depth), 0))
+
+
+def _topk_levels(table: CandidateTable) -> np.ndarray:
+    """(n_tree, k) one column per topk > 1 of the space: 1 for a speculative tree with that topk."""
+    topk = table.trees[:, 1]
+    levels = sorted({int(t) for t in topk[table.spec] if t > 1})
+    return (
+        np.stack([(topk == t) & table.spec for t in levels], axis=1).astype(float)
+        if levels
+        else np.zeros((len(topk), 0))
+    )
 
 
 def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -255,9 +290,10 @@ def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray,
     )
     b = max(1, int(concurrency))
     width_slope = 0.08 + 0.06 * math.log2(b)
-    mean = np.array([0.0, 0.1, 0.1, 0.05, width_slope, 0.1, 0.03])
-    sd = np.array([10.0, 0.3, 0.1, 0.1, 0.12, 0.12, 0.1])
-    return X, mean, sd
+    levels = _topk_levels(table)
+    mean = np.concatenate([[0.0, 0.1, 0.1, 0.05, width_slope, 0.1, 0.03], np.zeros(levels.shape[1])])
+    sd = np.concatenate([[10.0, 0.3, 0.1, 0.1, 0.12, 0.12, 0.1], np.full(levels.shape[1], TOPK_STEP_SD)])
+    return np.concatenate([X, levels], axis=1), mean, sd
 
 
 def _holds(value: object, level: object) -> bool:
