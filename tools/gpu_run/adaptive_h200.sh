@@ -23,16 +23,10 @@ CFG=tools/gpu_run/study_adaptive.yaml
 mkdir -p "$OUT" "$DIR"
 T0=$(date +%s)
 say() { echo "[adaptive_h200 +$(( $(date +%s) - T0 ))s] $*"; }
-if [ ! -f "$SITE/.unpacked" ]; then
-  mkdir -p "$SITE"
-  for b in sglang-bundle.tar.xz optimizer-deps.tar.xz; do tar -xJf ".gpu/$b" -C "$SITE" || exit 2; done
-  touch "$SITE/.unpacked"
-  say "bundles unpacked"
-fi
-export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-python3 tools/gpu_run/models_8b.py --root "$MODELS" --tokenizer "$SITE/_offline_assets/smollm2-tokenizer" >/dev/null
+source tools/gpu_run/_site.sh
+unpack_bundles
+site_env
+write_models
 if [ ! -f "$DIR/journal.log" ] && [ -f .gpu/h200-adaptive-study.tgz ]; then
   tar xzf .gpu/h200-adaptive-study.tgz && rm -f "$DIR/job.pid" && say "restored the study from .gpu/h200-adaptive-study.tgz"
 fi

@@ -24,12 +24,8 @@ mkdir -p "$OUT"
 T0=$(date +%s)
 say() { echo "[boot_ab +$(( $(date +%s) - T0 ))s] $*"; }
 
-if [ ! -f "$SITE/.unpacked" ]; then
-  mkdir -p "$SITE"
-  for b in sglang-bundle.tar.xz optimizer-deps.tar.xz; do tar -xJf ".gpu/$b" -C "$SITE" || exit 2; done
-  touch "$SITE/.unpacked"
-  say "bundles unpacked"
-fi
+source tools/gpu_run/_site.sh
+unpack_bundles
 if [ "$PYC" = 1 ] && [ ! -f "$SITE/.compiled" ] && [ -f .gpu/sglang-pyc.tar.xz ]; then
   tar -xJf .gpu/sglang-pyc.tar.xz -C "$SITE" && touch "$SITE/.compiled" && say "bytecode unpacked from the bundle"
 fi
@@ -39,10 +35,8 @@ if [ "$PYC" = 1 ] && [ ! -f "$SITE/.compiled" ]; then
   touch "$SITE/.compiled"
   say "site bytecode compiled ($(find "$SITE" -name '*.pyc' | wc -l) files)"
 fi
-export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-python3 tools/gpu_run/models_8b.py --root "$MODELS" --tokenizer "$SITE/_offline_assets/smollm2-tokenizer" >/dev/null
+site_env
+write_models
 say "GPU: $(nvidia-smi --query-gpu=name,memory.used --format=csv,noheader | head -1)"
 
 # shellcheck disable=SC2086

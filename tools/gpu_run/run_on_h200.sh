@@ -17,21 +17,15 @@ mkdir -p "$OUT" "$STUDY_DIR"
 T0=$(date +%s)
 say() { echo "[run_on_h200 +$(( $(date +%s) - T0 ))s] $*"; }
 
-if [ ! -f "$SITE/.unpacked" ]; then
-  # (tools/offline_bundle/gpu_smoke.sh with SKIP_BOOT=1 does the same plus a full import check.)
-  mkdir -p "$SITE"
-  for b in sglang-bundle.tar.xz optimizer-deps.tar.xz; do tar -xJf ".gpu/$b" -C "$SITE" || exit 2; done
-  touch "$SITE/.unpacked"
-  say "bundles unpacked"
-fi
-export PYTHONPATH="$SITE:$REPO${PYTHONPATH:+:$PYTHONPATH}"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# (tools/offline_bundle/gpu_smoke.sh with SKIP_BOOT=1 unpacks the same plus a full import check.)
+source tools/gpu_run/_site.sh
+unpack_bundles
+site_env
 # A fresh machine after a lost one: continue from the study state an earlier call sent back.
 if [ ! -f "$STUDY_DIR/journal.log" ] && [ -f .gpu/h200-study.tgz ]; then
   tar xzf .gpu/h200-study.tgz && rm -f "$STUDY_DIR/driver.pid" && say "restored the study from .gpu/h200-study.tgz"
 fi
-python3 tools/gpu_run/models_8b.py --root "$MODELS" --tokenizer "$SITE/_offline_assets/smollm2-tokenizer" >/dev/null
+write_models
 say "GPU: $(nvidia-smi --query-gpu=name,memory.used --format=csv,noheader | head -1)"
 
 alive() { [ -f "$STUDY_DIR/driver.pid" ] && kill -0 "$(cat "$STUDY_DIR/driver.pid")" 2>/dev/null; }
