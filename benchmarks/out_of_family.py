@@ -87,14 +87,6 @@ def measure(
     for strategy, rs in runs.items():
         summary = S.summarize(rs, budget + 1)
         shares = [r["streak_share"] for r in rs]
-        # Where the restarts went: the search launched a configuration within the target (``found``), but under
-        # 5-20 % launch noise the incumbent (the best single measurement) takes it only when that launch completes
-        # and measures above every luckier one before it.
-        found = S.summarize([{**r, "restarts": r["found_at"]} for r in rs], budget + 1)
-        summary["found_median"], summary["found_p90"] = found["restarts_median"], found["restarts_p90"]
-        summary["found_reached"] = found["reached"]
-        summary["found_then_pruned"] = sum(r["found_status"] == "pruned" for r in rs)
-        summary["found_each"] = [r["found_at"] for r in rs]
         summary["streak_share_mean"] = statistics.fmean(shares)
         summary["streak_share_max"] = max(shares)
         summary["runs_with_streaks"] = sum(x > 0 for x in shares)
