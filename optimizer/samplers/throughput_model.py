@@ -147,7 +147,7 @@ class ThroughputModel:
     ) -> None:
         self.table = table
         self.spec = table.spec.astype(float)
-        self.acc_X = _accept_features(table)
+        self.acc_X, acc_mean, acc_sd = _accept_features(table)
         self.tree_X, tree_mean, tree_sd = _tree_features(table, concurrency)
         self.main_X, self.pair_X, main_scale, main_mean = _setting_features(
             table, all_levels=adaptive_settings, car_always_off=car_always_off
@@ -157,11 +157,7 @@ class ThroughputModel:
             (0.01, 0.005, 0.005) if tp_size <= 1 else (SETTING_SD, SETTING_PAIR_SD, SETTING_SPEC_SD)
         )
         nm, npair = self.main_X.shape[1], self.pair_X.shape[1]
-        n_topk, n_depth = _topk_levels(table).shape[1], _depth_levels(table).shape[1]
-        self.accept = BayesLinear(
-            np.concatenate([ACCEPT_PRIOR_MEAN, np.zeros(n_topk + n_depth)]),
-            np.concatenate([ACCEPT_PRIOR_SD, np.full(n_topk, TOPK_ACCEPT_SD), np.full(n_depth, DEPTH_ACCEPT_SD)]),
-        )
+        self.accept = BayesLinear(acc_mean, acc_sd)
         # one step-time regression per prior scale of the settings' effects, averaged by evidence (module doc)
         scales = SETTING_SCALES if tp_size > 1 and adaptive_settings else (1.0,)
         setting_sd = np.concatenate([sd_main * main_scale, np.full(npair, sd_pair), sd_spec * main_scale])
@@ -239,7 +235,9 @@ class ThroughputModel:
         return tree, settings, settings_spec
 
 
-def _accept_features(table: CandidateTable) -> np.ndarray:
+def _accept_features(table: CandidateTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Accept-length features of the tree and their prior: the smooth curve, then one deviation per topk > 1 and
+    one per chain depth of the space (the curve may bend anywhere)."""
     steps, topk, draft = table.trees[:, 0], table.trees[:, 1], table.trees[:, 2]
     depth = np.maximum(1.0, np.minimum(steps, draft - 1))
     x = np.log(depth)
@@ -247,26 +245,19 @@ def _accept_features(table: CandidateTable) -> np.ndarray:
     extra = np.maximum(0.0, draft - 1 - depth)
     fill = np.minimum(1.0, extra / depth)
     base = np.stack([np.ones_like(x), x, x**2, lt * fill, lt * np.log1p(extra) / 3, lt * x], axis=1)
-    return np.concatenate([base, _topk_levels(table), _depth_levels(table)], axis=1)
-
-
-def _depth_levels(table: CandidateTable) -> np.ndarray:
-    """(n_tree, k) one column per chain depth of the space (the accept curve may bend anywhere)."""
-    steps, draft = table.trees[:, 0], table.trees[:, 2]
-    depth = np.where(table.spec, np.maximum(1, np.minimum(steps, draft - 1)), 0)
-    levels = sorted({int(d) for d in depth[table.spec]})
-    return np.stack([depth == d for d in levels], axis=1).astype(float) if levels else np.zeros((len(depth), 0))
-
-
-def _topk_levels(table: CandidateTable) -> np.ndarray:
-    """(n_tree, k) one column per topk > 1 of the space: 1 for a speculative tree with that topk."""
-    topk = table.trees[:, 1]
-    levels = sorted({int(t) for t in topk[table.spec] if t > 1})
-    return (
-        np.stack([(topk == t) & table.spec for t in levels], axis=1).astype(float)
-        if levels
-        else np.zeros((len(topk), 0))
+    by_topk = _levels(topk, table.spec & (topk > 1))
+    by_depth = _levels(depth, table.spec)
+    mean = np.concatenate([ACCEPT_PRIOR_MEAN, np.zeros(by_topk.shape[1] + by_depth.shape[1])])
+    sd = np.concatenate(
+        [ACCEPT_PRIOR_SD, np.full(by_topk.shape[1], TOPK_ACCEPT_SD), np.full(by_depth.shape[1], DEPTH_ACCEPT_SD)]
     )
+    return np.concatenate([base, by_topk, by_depth], axis=1), mean, sd
+
+
+def _levels(values: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """(n, k) one indicator column per distinct value among the rows ``where`` holds (0 elsewhere)."""
+    levels = sorted({int(v) for v in values[where]})
+    return np.array([(values == v) & where for v in levels], dtype=float).T.reshape(len(values), len(levels))
 
 
 def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -290,7 +281,7 @@ def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray,
     )
     b = max(1, int(concurrency))
     width_slope = 0.08 + 0.06 * math.log2(b)
-    levels = _topk_levels(table)
+    levels = _levels(topk, table.spec & (topk > 1))
     mean = np.concatenate([[0.0, 0.1, 0.1, 0.05, width_slope, 0.1, 0.03], np.zeros(levels.shape[1])])
     sd = np.concatenate([[10.0, 0.3, 0.1, 0.1, 0.12, 0.12, 0.1], np.full(levels.shape[1], TOPK_STEP_SD)])
     return np.concatenate([X, levels], axis=1), mean, sd
