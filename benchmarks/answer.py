@@ -45,7 +45,7 @@ from optimizer.hosts.config import local_host
 from optimizer.pruning import study_pruner
 from optimizer.settings import STOP_BELOW_GAIN_PCT
 from optimizer.simexec import ModelExecutor
-from optimizer.study import Driver, Progress, best_trial, hostnoise, make_sampler
+from optimizer.study import Driver, Progress, hostnoise, make_sampler, search_answer
 
 KIMI = "kimi-k2.5-8x-rtxpro6000"
 SCENARIOS = (
@@ -112,7 +112,7 @@ def run_one(
         loc = tr["table"].locate_trial(trials[number])
         return float(tr["values"][loc]) if loc is not None else 0.0
 
-    unconfirmed = best_trial(study)
+    unconfirmed = search_answer(study)
     exported = verdict.winner.trial if verdict is not None and verdict.winner is not None else None
     if exported is None and unconfirmed is not None:
         exported = unconfirmed.number

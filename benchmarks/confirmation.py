@@ -34,7 +34,7 @@ from optimizer.pruning import study_pruner
 from optimizer.settings import parse_study
 from optimizer.simexec import CATEGORY_MIX, ModelExecutor
 from optimizer.space import load_space
-from optimizer.study import Driver, Progress, best_trial, make_sampler
+from optimizer.study import Driver, Progress, make_sampler, search_answer
 from optimizer.study import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ def one(
         t = study.trials[trial_number]
         return values.get(t.user_attrs.get(R.CANDIDATE_KEY), 0.0)
 
-    unconfirmed = best_trial(study)
+    unconfirmed = search_answer(study)
     arms_true = [true_of(a.trial) / opt for a in (verdict.arms if verdict else []) if not a.baseline]
     confirmed = verdict.winner.trial if verdict and verdict.winner else None
     opt_keys = {k for k, v in values.items() if v >= opt - 1e-9}

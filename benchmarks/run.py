@@ -214,7 +214,7 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
     from optimizer.hosts.config import local_host
     from optimizer.settings import parse_study
     from optimizer.simexec import ModelExecutor
-    from optimizer.study import Driver, Progress, best_trial
+    from optimizer.study import Driver, Progress, search_answer
 
     tr = truth(prof, space, 1)
     for seed in range(args.e2e_seeds):
@@ -229,7 +229,7 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
             pruner="ratio",
             workload=workload,
         )
-        rb = best_trial(real["study"])
+        rb = search_answer(real["study"])
         cfg = parse_study(
             {"study": "m", "budget": {"trials": args.e2e_trials}, "workload": workload, "sampler": {"seed": seed}},
             "bench",
@@ -238,7 +238,7 @@ def section_e2e(work: Path, args: argparse.Namespace) -> dict[str, Any]:
         ex = ModelExecutor(prof, ["h0"], cfg.workload, seed=seed)
         with new_host(cfg) as cfg:
             Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
-        mb = best_trial(study)
+        mb = search_answer(study)
         row = {
             "seed": seed,
             "real_best_true_frac": true_value(tr, rb) / tr["optimum"],

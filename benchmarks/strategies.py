@@ -36,6 +36,7 @@ from optimizer.sim.profiles import load_profile
 from optimizer.simexec import CATEGORY_MIX, STOP_S, ModelExecutor
 from optimizer.space import SearchSpace, parse_space
 from optimizer.study import Driver, Progress, make_sampler
+from optimizer.study import records as R
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.98
@@ -179,9 +180,13 @@ def run_driver(
 
 
 def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[str, Any]:
-    """Walk the launches in the order they ended; after each, the incumbent's true value."""
+    """Walk the launches in the order they ended; after each, the incumbent's true value. The incumbent is the
+    study's answer at that moment (``records.search_answer``: the search's estimate, stored after every launch),
+    else the fastest single launch so far."""
     table, values, opt = tr["table"], tr["values"], tr["optimum"]
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    est = study.user_attrs.get(R.ESTIMATE)
+    answer_after = {int(a): int(b) for a, b in (est.get("history") or [])} if isinstance(est, dict) else {}
     launches = sorted(ex.ledger.launches, key=lambda x: x[1])
     best_measured = -1.0
     incumbent_true = 0.0
@@ -199,7 +204,10 @@ def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[st
             found_at, found_status = i, status
         if status == "pruned" and loc == tr["optimum_ij"]:
             optimum_pruned = True
-        if status == "complete" and t.value is not None and t.value > best_measured:
+        if number in answer_after:
+            ans = table.locate_trial(trials[answer_after[number]])
+            incumbent_true = float(values[ans]) if ans is not None else 0.0
+        elif status == "complete" and t.value is not None and t.value > best_measured:
             best_measured = t.value
             incumbent_true = true
         if reached_at is None and incumbent_true >= TARGET * opt:

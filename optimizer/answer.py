@@ -6,7 +6,9 @@ read :func:`study_answer`, so they cannot disagree. optuna-dashboard's own "Best
 the highest single value; where that is another trial, :func:`badge_note` says which trial is the answer and why.
 
 A confirmed answer is the confirmation's winner (``optimizer.verdict``: the cheapest of the configurations whose
-intervals overlap the fastest's); without a confirmation it is the fastest single launch, marked as not confirmed.
+intervals overlap the fastest's); without a confirmation it is the completed launch the search's model estimates
+fastest (``records.search_answer``: its own measurement pulled toward what related launches measured; the fastest
+single launch where no estimate was stored), marked as not confirmed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .study import records as R
-from .study.records import baseline_trial, best_trial
+from .study.records import baseline_trial, search_answer
 
 
 def _tps(v: float | None, ci: Any) -> str:
@@ -58,7 +60,7 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
     conf = attrs.get(R.CONFIRM_RESULT) if isinstance(attrs.get(R.CONFIRM_RESULT), Mapping) else None
     winner = (conf or {}).get("winner") or {}
     trials = study.get_trials(deepcopy=False)
-    best = best_trial(study)
+    best = search_answer(study)
     if isinstance(winner.get("trial"), int) and 0 <= winner["trial"] < len(trials):
         best = trials[winner["trial"]]
     else:
@@ -99,7 +101,7 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
     elif confirmed:
         why = f"confirmed over {winner.get('launches')} launches: the fastest configuration of the confirmation"
     else:
-        why = "the fastest single launch of the study (not confirmed: `python -m optimizer confirm` relaunches it)"
+        why = f"{_unconfirmed_why(study, best)} (not confirmed: `python -m optimizer confirm` relaunches it)"
     badge = dashboard_best(study)
     return {
         "trial": best.number,
@@ -123,6 +125,20 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
         "flags": best.user_attrs.get(R.FLAGS) or {},
         "env": best.user_attrs.get(R.ENV) or {},
     }
+
+
+def _unconfirmed_why(study: optuna.Study, best: Any) -> str:
+    est = study.user_attrs.get(R.ESTIMATE)
+    if not (isinstance(est, Mapping) and est.get("trial") == best.number):
+        return "the fastest single launch of the study"
+    text = (
+        f"the fastest of the study's launches by the search's model ({est.get('tok_per_s'):.1f} tok/s estimated from "
+        "its launch and those of related configurations)"
+    )
+    badge = dashboard_best(study)
+    if badge is not None and badge != best.number:
+        text += f"; trial {badge} measured higher once, but the model puts it lower"
+    return text
 
 
 def headline(ans: Mapping[str, Any]) -> str:

@@ -87,7 +87,14 @@ def candidates(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
         ):
             continue
         done.append(t)
-    done.sort(key=lambda t: t.value, reverse=True)  # type: ignore[arg-type, return-value]
+    # ranked by the search's estimates where it stored one for every candidate (a lucky launch does not take a
+    # place from a configuration its neighbours vouch for), else by the single measurements
+    est = study.user_attrs.get(R.ESTIMATE)
+    ranks = est.get("estimates") if isinstance(est, dict) else None
+    if isinstance(ranks, dict) and all(str(t.number) in ranks for t in done):
+        done.sort(key=lambda t: (ranks[str(t.number)], t.value), reverse=True)
+    else:
+        done.sort(key=lambda t: t.value, reverse=True)  # type: ignore[arg-type, return-value]
     seen: set[str] = set()
     out = []
     for t in done:

@@ -30,7 +30,7 @@ from .levels import level_answers, pareto_front, study_plan
 from .redact import MASK, redact_mapping
 from .sglang import config_file
 from .study import records as R
-from .study.records import baseline_trial, best_trial, summary_rows
+from .study.records import baseline_trial, search_answer, summary_rows
 from .study.storage import write_json
 
 
@@ -39,7 +39,7 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
     from .confirm import stored_verdict
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    best = best_trial(study)
+    best = search_answer(study)
     base = baseline_trial(study)
     attrs = study.user_attrs
     confirmation = stored_verdict(study)
@@ -108,6 +108,7 @@ def export_study(study: optuna.Study, out_dir: Path) -> dict[str, Any]:
         "gain_ci": winner.get("gain_ci"),
         "launches": winner.get("launches", 1),
         "study_tok_per_s": best.value,
+        "estimated_tok_per_s": ((attrs.get(R.ESTIMATE) or {}).get("estimates") or {}).get(str(best.number)),
         "host": best.user_attrs.get(R.HOST_FACTS),
         "server_version": best.user_attrs.get(R.SERVER_VERSION),
         "gain_over_baseline": None if gain is None else round(gain, 4),

@@ -23,7 +23,7 @@ from rich.text import Text
 from .alarms import alarms_of, greedy_note_of
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .study import records as R
-from .study.records import baseline_trial, best_trial, feasible
+from .study.records import baseline_trial, feasible, search_answer
 
 if TYPE_CHECKING:
     import optuna
@@ -263,7 +263,7 @@ class RichProgress(Progress):
         s.eta_s, s.eta_at = driver.eta_s(), time.time()
         for number in list(getattr(driver, "active", {})):
             self._remember_config(driver, number)
-        best = best_trial(study)
+        best = search_answer(study)
         if best is not None:
             s.best, s.best_value, s.best_number = best.user_attrs.get(R.CONFIG, ""), best.value, best.number
         base = study.user_attrs.get(R.BASELINE_TOK_PER_S)

@@ -20,11 +20,9 @@ def make_sampler(cfg: StudyConfig, space: SearchSpace | None = None) -> optuna.s
             raise ValueError("the structured sampler needs the search space")
         from .structured import StructuredSampler
 
-        # the load whose step times the model describes: the objective's level, or the heaviest weighted one
-        level = plan.level or max(c for c, w in plan.weights.items() if w > 0)
         return StructuredSampler(
             space,
-            concurrency=level,
+            concurrency=model_level(cfg),
             gpu_sm=cfg.gpu_sm,
             seed=s.seed,
             stop_below_gain=stop_below_gain(cfg),
@@ -44,6 +42,30 @@ def make_sampler(cfg: StudyConfig, space: SearchSpace | None = None) -> optuna.s
             n_startup_trials=s.n_startup_trials,
             gamma=_gamma_with_baseline,
         )
+
+
+def model_level(cfg: StudyConfig) -> int:
+    """The load whose step times the throughput model describes: the objective's level, or the heaviest weighted
+    one."""
+    plan = cfg.plan()
+    return plan.level or max(c for c, w in plan.weights.items() if w > 0)
+
+
+def store_search_answer(cfg: StudyConfig, space: SearchSpace, study: optuna.Study, after: int | None) -> int | None:
+    """The throughput model's estimate of every completed launch and the answer it implies, stored on the study
+    (``optimizer.samplers.estimate``); nothing for a Pareto study (two values per trial: no one answer)."""
+    if cfg.plan().pareto:
+        return None
+    from .estimate import store
+
+    return store(
+        study,
+        space,
+        concurrency=model_level(cfg),
+        gpu_sm=cfg.gpu_sm,
+        adaptive_settings=cfg.sampler.adaptive_settings,
+        after=after,
+    )
 
 
 def stop_below_gain(cfg: StudyConfig) -> float | None:

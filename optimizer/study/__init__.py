@@ -18,6 +18,7 @@ _HOME = {
     "baseline_trial": "records",
     "best_trial": "records",
     "feasible": "records",
+    "search_answer": "records",
     "summary_rows": "records",
     "claim_study": "storage",
     "load_or_create": "storage",
@@ -37,6 +38,7 @@ __all__ = [
     "load_or_create",
     "make_sampler",
     "open_storage",
+    "search_answer",
     "summary_rows",
     "write_json",
 ]
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     from optimizer.samplers import make_sampler
 
     from .driver import Driver
-    from .records import baseline_trial, best_trial, feasible, summary_rows
+    from .records import baseline_trial, best_trial, feasible, search_answer, summary_rows
     from .scheduling import Active
     from .storage import claim_study, load_or_create, open_storage, write_json
 

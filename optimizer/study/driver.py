@@ -27,7 +27,7 @@ from ..executors import Executor
 from ..hosts.config import HostConfig
 from ..progress import Progress
 from ..redact import redact_text
-from ..samplers import stop_below_gain
+from ..samplers import stop_below_gain, store_search_answer
 from ..settings import StudyConfig
 from ..space import SearchSpace
 from ..trial import TrialSpec
@@ -411,6 +411,10 @@ class Driver:
         if r.metrics:
             self.bench_times.append(max(0.0, r.t_end - r.t_start - (r.boot_s or 0.0)))
         self.record.result(a, r)
+        try:
+            store_search_answer(self.cfg, self.space, self.study, r.trial)
+        except Exception as exc:  # noqa: BLE001 - an aid: without it the answer is the fastest single launch
+            self.note(f"the search's estimate was not stored: {exc}")
         if a.trial.user_attrs.get(R.BASELINE) and r.status in ("infeasible", "failed") and not self.stopping:
             # Every other launch would fail the same way (the command, the model path, a fixed flag): stop now.
             self.halted = f"the baseline (trial {r.trial}) failed: {r.reason or r.status}"

@@ -81,6 +81,10 @@ CONFIRM_RUN_PREFIX = "confirm:run:"  # confirm:run:NNNN, one relaunch each
 CONFIRM_RESULT = "confirm:result"  # the verdict (optimizer.verdict)
 #: why the search stopped: {reason, text, launches, expected_gain, threshold} (optimizer.study.driver)
 SEARCH_STOP = "search:stop"
+#: the search's answer before any confirmation (optimizer.samplers.estimate): {trial, tok_per_s, launches,
+#: estimates: {"<trial>": tok/s}, history: [[ended trial, answer trial], ...]}, the throughput model's estimate of
+#: every completed launch and the answer after each launch
+ESTIMATE = "search:estimate"
 RELAUNCH_RUN_PREFIX = "relaunch:run:"  # relaunch:run:NNNN, the baseline relaunched during the study (relaunch.py)
 
 
@@ -104,6 +108,18 @@ def feasible(t: FrozenTrial) -> bool:
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
     done = [t for t in study.get_trials(deepcopy=False) if feasible(t) and not t.user_attrs.get(DUPLICATE_OF)]
     return max(done, key=lambda t: t.value) if done else None  # type: ignore[arg-type, return-value]
+
+
+def search_answer(study: optuna.Study) -> FrozenTrial | None:
+    """The answer before any confirmation: the completed launch the search's model estimates fastest
+    (``ESTIMATE``), else the fastest single launch."""
+    est = study.user_attrs.get(ESTIMATE)
+    number = est.get("trial") if isinstance(est, dict) else None
+    if isinstance(number, int):
+        trials = study.get_trials(deepcopy=False)
+        if 0 <= number < len(trials) and feasible(trials[number]) and not trials[number].user_attrs.get(DUPLICATE_OF):
+            return trials[number]
+    return best_trial(study)
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
