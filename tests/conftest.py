@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -10,6 +11,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests import their helpers (tests/sshd.py) and benchmarks/ scripts
+
+# A suite started in the background (`make test &`, nohup) inherits SIGINT ignored, and so would every driver the
+# tests start: Python then never turns Ctrl-C into KeyboardInterrupt, which the Ctrl-C tests send. A handler (not
+# an ignore) here gives each child process the default disposition again, as from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TEST_HOSTS = ("local", "h0", "h1", "h2", "h3", "ssh0")
 KIMI = "kimi-k2.5-8x-rtxpro6000"

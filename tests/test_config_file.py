@@ -226,7 +226,8 @@ def test_export_with_a_refused_flag_boots_through_best_sh(tmp_path) -> None:
     try:
         _wait_health(f"http://127.0.0.1:{port}", proc)
         info = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=5).json()
-        assert info["speculative_num_steps"] == summary["best"]["flags"]["speculative-num-steps"]
+        # whichever trial is the answer (on a loaded machine it may be the baseline: every launch is CPU-bound there)
+        assert info["speculative_num_steps"] == summary["best"]["flags"].get("speculative-num-steps")
     finally:
         proc.terminate()
         proc.wait(timeout=30)
