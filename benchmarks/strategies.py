@@ -302,8 +302,8 @@ def _pct(xs: list[float | None], q: float, cap: float) -> float:
 def summarize(runs: list[dict[str, Any]], cap: float) -> dict[str, Any]:
     restarts = [r["restarts"] for r in runs]
     # Where the restarts went: the search launched a configuration within the target ("found"), but under launch
-    # noise the incumbent (the best single measurement) takes it only when that launch completes and measures above
-    # every luckier one before it.
+    # noise the incumbent (the study's answer, ``score``) takes it only once that launch completed and the answer
+    # puts it above the others.
     found = [r.get("found_at") for r in runs]
     walls = [r["wall_s"] for r in runs]
     wall_cap = max([w for w in walls if w is not None] + [0.0]) * 2 or float("nan")

@@ -26,8 +26,7 @@ import optuna
 from ..space import SearchSpace
 from ..study import records as R
 from .candidates import build_table
-from .structured import _collect, _pcie_only, _speculation_loses_untuned
-from .throughput_model import ThroughputModel
+from .structured import _collect, fit_model, tp_size
 
 
 def estimates(
@@ -42,15 +41,12 @@ def estimates(
     non-duplicate launch the candidate table can place."""
     table = build_table(space, gpu_sm=gpu_sm)
     obs = _collect(table, trials, -1)[0]
-    tp = int(space.model.fixed.get("tp-size") or space.model.fixed.get("tensor-parallel-size") or 1)
-    pcie_only = any(_pcie_only(t) for t in trials)
-    adaptive = (
-        pcie_only and _speculation_loses_untuned(table, obs) if adaptive_settings == "auto" else bool(adaptive_settings)
-    )
-    model = ThroughputModel(table, concurrency, tp, adaptive, car_always_off=pcie_only).fit(obs)
+    model = fit_model(
+        table, trials, obs, concurrency=concurrency, tp=tp_size(space), adaptive_settings=adaptive_settings
+    )[0]
     out: dict[int, float] = {}
     for t in trials:
-        if not R.feasible(t) or t.user_attrs.get(R.DUPLICATE_OF) is not None or R.outcome(t) != R.COMPLETE:
+        if not R.answerable(t) or R.outcome(t) != R.COMPLETE:
             continue
         loc = table.locate_trial(t)
         if loc is not None:
@@ -84,7 +80,6 @@ def store(
         {
             "trial": best,
             "tok_per_s": round(est[best], 3),
-            "launches": sum(1 for t in trials if t.user_attrs.get(R.LAUNCHED)),
             "estimates": {str(n): round(v, 3) for n, v in sorted(est.items())},
             "history": history,
         },

@@ -88,8 +88,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self._exploring: int | None = None  # the trial the explorer is choosing for
         self.calibration = C.Calibration()
         self._distributions = _distributions(space)
-        tp = space.model.fixed.get("tp-size") or space.model.fixed.get("tensor-parallel-size") or 1
-        self._tp = int(tp)
+        self._tp = tp_size(space)
         self.last_expected_gain: float | None = None
         self._stop_below_gain = stop_below_gain
         self._low_gain_asks = 0
@@ -157,10 +156,9 @@ class StructuredSampler(optuna.samplers.BaseSampler):
     ) -> tuple[tuple[int, int], dict[str, float | bool]] | None:
         obs, failures, served, taken, pending, best, fatal, rejected = _collect(table, trials, exclude)
         served = [loc for loc in served if table.spec[loc[0]]] or served
-        pcie_only = any(_pcie_only(t) for t in trials)
-        if self._adaptive_settings == "auto":
-            self.adaptive = pcie_only and _speculation_loses_untuned(table, obs)
-        model = ThroughputModel(table, self._concurrency, self._tp, self.adaptive, car_always_off=pcie_only).fit(obs)
+        model, self.adaptive, pcie_only = fit_model(
+            table, trials, obs, concurrency=self._concurrency, tp=self._tp, adaptive_settings=self._adaptive_settings
+        )
         if pending:  # believer: count running launches at the model's prediction, then refit
             fantasies = [
                 Observation(i, j, math.exp(model.mean_log_tps(i, j)), model.accept_length(i)) for i, j in pending
@@ -242,6 +240,32 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             C.CHOOSER: C.MODEL,
         }
         return (i, j), info
+
+
+def tp_size(space: SearchSpace) -> int:
+    """The tensor-parallel size the space fixes (1 when it fixes none)."""
+    return int(space.model.fixed.get("tp-size") or space.model.fixed.get("tensor-parallel-size") or 1)
+
+
+def fit_model(
+    table: CandidateTable,
+    trials: list[FrozenTrial],
+    obs: list[Observation],
+    *,
+    concurrency: int,
+    tp: int,
+    adaptive_settings: bool | str,
+) -> tuple[ThroughputModel, bool, bool]:
+    """The throughput model fitted to the launches, and whether it used adaptive settings and found the host
+    PCIe-only. "auto" turns adaptive settings on where a launch showed a PCIe-only host and untuned speculation lost
+    to none (module doc)."""
+    pcie_only = any(_pcie_only(t) for t in trials)
+    if adaptive_settings == "auto":
+        adaptive = pcie_only and _speculation_loses_untuned(table, obs)
+    else:
+        adaptive = adaptive_settings is True
+    model = ThroughputModel(table, concurrency, tp, adaptive, car_always_off=pcie_only).fit(obs)
+    return model, adaptive, pcie_only
 
 
 def _proximity(table: CandidateTable, seen: list[tuple[int, int]], locality: float) -> np.ndarray:

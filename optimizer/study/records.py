@@ -81,7 +81,7 @@ CONFIRM_RUN_PREFIX = "confirm:run:"  # confirm:run:NNNN, one relaunch each
 CONFIRM_RESULT = "confirm:result"  # the verdict (optimizer.verdict)
 #: why the search stopped: {reason, text, launches, expected_gain, threshold} (optimizer.study.driver)
 SEARCH_STOP = "search:stop"
-#: the search's answer before any confirmation (optimizer.samplers.estimate): {trial, tok_per_s, launches,
+#: the search's answer before any confirmation (optimizer.samplers.estimate): {trial, tok_per_s,
 #: estimates: {"<trial>": tok/s}, history: [[ended trial, answer trial], ...]}, the throughput model's estimate of
 #: every completed launch and the answer after each launch
 ESTIMATE = "search:estimate"
@@ -105,8 +105,13 @@ def feasible(t: FrozenTrial) -> bool:
     return t.state == TrialState.COMPLETE and t.value is not None and all(v <= 0 for v in t.constraints.values())
 
 
+def answerable(t: FrozenTrial) -> bool:
+    """Completed within the constraints and not a duplicate: a trial that can be the study's answer."""
+    return feasible(t) and not t.user_attrs.get(DUPLICATE_OF)
+
+
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    done = [t for t in study.get_trials(deepcopy=False) if feasible(t) and not t.user_attrs.get(DUPLICATE_OF)]
+    done = [t for t in study.get_trials(deepcopy=False) if answerable(t)]
     return max(done, key=lambda t: t.value) if done else None  # type: ignore[arg-type, return-value]
 
 
@@ -117,14 +122,14 @@ def search_answer(study: optuna.Study) -> FrozenTrial | None:
     number = est.get("trial") if isinstance(est, dict) else None
     if isinstance(number, int):
         trials = study.get_trials(deepcopy=False)
-        if 0 <= number < len(trials) and feasible(trials[number]) and not trials[number].user_attrs.get(DUPLICATE_OF):
+        if 0 <= number < len(trials) and answerable(trials[number]):
             return trials[number]
     return best_trial(study)
 
 
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
     for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(BASELINE) and feasible(t) and not t.user_attrs.get(DUPLICATE_OF):
+        if t.user_attrs.get(BASELINE) and answerable(t):
             return t
     return None
 
