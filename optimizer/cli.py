@@ -205,6 +205,14 @@ def main(argv: list[str] | None = None) -> int:
         return term.run(_main, argv)
 
 
+def console() -> None:
+    """The process's entry point (``python -m optimizer``, ``sglang-optimizer``): run a command, exit with its code
+    (``signals.exit_process``: 130 after Ctrl-C, whenever it came)."""
+    from .signals import exit_process
+
+    exit_process(main())
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -215,9 +223,6 @@ def _main(argv: list[str] | None) -> int:
     except OptimizerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C before the driver's own handler is in place (imports, Ray start, resume)
-        print("interrupted", file=sys.stderr)
-        return 130
 
 
 def _load(args: argparse.Namespace) -> Any:

@@ -16,8 +16,10 @@ worker, with a failure handler that prints a stack dump (``*** SIGTERM received 
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import FrameType, TracebackType
@@ -78,8 +80,8 @@ class SigtermAsCtrlC:
             raise KeyboardInterrupt
 
     def run(self, command: Callable[..., int], *args: Any) -> int:
-        """Run a command; its exit code, with a stop before the command's own Ctrl-C handler is in place (argument
-        parsing) ending as one after it does."""
+        """Run a command; its exit code, with a stop before the command's own Ctrl-C handler is in place (imports,
+        storage, resume, Ray's start) ending as one after it does."""
         try:
             rc = command(*args)
         except KeyboardInterrupt:
@@ -90,6 +92,26 @@ class SigtermAsCtrlC:
     def exit_code(self, rc: int) -> int:
         """Ctrl-C's exit code becomes 143 when SIGTERM stopped the run; any other code stays."""
         return EXIT_SIGTERM if self.received and rc == EXIT_CTRL_C else rc
+
+
+def exit_process(rc: int) -> None:
+    """End the process with ``rc``, also after a Ctrl-C that arrived as ``KeyboardInterrupt`` and was handled.
+
+    CPython remembers a ``KeyboardInterrupt`` that passed through code it ran with ``PyRun_*`` (some modules' imports
+    do) and then ends the process by SIGINT at exit, whatever ``sys.exit`` was given: a Ctrl-C during start-up, on a
+    loaded machine, exited by signal instead of with 130 (a caller's ``returncode`` -2). So what the interpreter's
+    own exit does is done here (wait for the threads that are not daemons, run the exit handlers, flush the
+    streams), and ``os._exit`` ends the process with the code the command chose."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(rc)
 
 
 def sigterm_as_ctrl_c() -> SigtermAsCtrlC:

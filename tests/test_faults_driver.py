@@ -13,11 +13,13 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from faults.driver import SPACE, Run, children_of, load_trials, optimize_argv
+from faults.driver import ROOT, SPACE, Run, children_of, load_trials, optimize_argv
 from faults.figures import add, study_servers
 from optuna.trial import TrialState
 
@@ -271,3 +273,39 @@ def test_second_driver_on_a_live_study_is_refused(tmp_path):
     left = _wait_gone(study, 5.0)
     add("two_drivers", orphans=len(left))
     assert not left
+
+
+CTRL_C_INSIDE_PYRUN = """
+import ctypes, sys
+from optimizer.signals import SigtermAsCtrlC, exit_process
+
+def command():
+    # A Ctrl-C that lands in code CPython runs with PyRun_* (some modules' imports do) and travels on as
+    # KeyboardInterrupt to the command's handler: CPython remembers it and ends the process by SIGINT at exit.
+    ctypes.pythonapi.PyRun_SimpleString(b"raise KeyboardInterrupt")
+    raise KeyboardInterrupt
+
+with SigtermAsCtrlC() as term:
+    rc = term.run(command)
+if sys.argv[1] == "sys.exit":
+    sys.exit(rc)
+exit_process(rc)
+"""
+
+
+def test_ctrl_c_that_passed_through_pyrun_code_still_exits_130(tmp_path):
+    """The start-up Ctrl-C that once exited by signal (-2) instead of 130 on a loaded machine, made to happen on
+    purpose: Python's own ``sys.exit`` turns the handled interrupt into death by SIGINT, the product's exit does not.
+    Run with ``-m``, as the product is (``python -c`` exits inside ``sys.exit`` before CPython looks)."""
+    (tmp_path / "ctrl_c_in_pyrun.py").write_text(CTRL_C_INSIDE_PYRUN)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+
+    def run(how: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "ctrl_c_in_pyrun", how]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+
+    plain = run("sys.exit")
+    assert plain.returncode == -signal.SIGINT, plain  # what CPython does: the reason for exit_process
+    ours = run("exit_process")
+    assert ours.returncode == 130, ours
+    assert ours.stderr.strip().endswith("interrupted"), ours.stderr
