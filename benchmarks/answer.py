@@ -33,12 +33,12 @@ import statistics
 import tempfile
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import optuna
 
+from benchmarks import parallel
 from benchmarks.strategies import _config, space_for, truth
 from optimizer.confirm import Confirmer
 from optimizer.hosts.config import local_host
@@ -194,7 +194,7 @@ def run(
     hosts=HOSTS,
     modes=MODES,
     stop_pct: float = STOP_BELOW_GAIN_PCT,
-    jobs: int = 1,
+    jobs: int | None = None,
     log=print,
 ) -> dict[str, Any]:
     """Every scenario (``seeds`` seeds) and the family's landscapes (one run each, ``family_seeds`` of them) at
@@ -220,12 +220,9 @@ def run(
                     for k in fam_seeds:
                         kw = dict(hosts=n, noise=noise, mode=mode, stop_pct=stop_pct)
                         work.append(((family, None), (module, k), None, 0, 0, kw))
-    jobs_args = [w[1:] for w in work]
-    if jobs > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            rows = list(pool.map(_job, jobs_args, chunksize=1))
-    else:
-        rows = [_job(a) for a in jobs_args]
+    if jobs is not None:
+        parallel.set_jobs(jobs)
+    rows = parallel.pmap(_job, [(w[1:],) for w in work])  # in submission order: the same for any number of jobs
     for w, r in zip(work, rows):
         r["group"] = w[0][0] if w[0][1] is None else f"{w[0][0]} c{w[0][1]}"
     out: dict[str, Any] = {
@@ -274,11 +271,7 @@ def table(res: dict[str, Any]) -> str:
 
 def section_answer(args: argparse.Namespace) -> dict[str, Any]:
     """``benchmarks/run.py``'s ``answer`` section."""
-    return run(
-        seeds=getattr(args, "answer_seeds", None) or args.seeds,
-        jobs=getattr(args, "jobs", 1) or 1,
-        log=lambda s: print(s, flush=True),
-    )
+    return run(seeds=getattr(args, "answer_seeds", None) or args.seeds, log=lambda s: print(s, flush=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,10 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hosts", default="1,4")
     ap.add_argument("--modes", default="new,known,today")
     ap.add_argument("--stop-pct", type=float, default=STOP_BELOW_GAIN_PCT)
-    ap.add_argument("--jobs", type=int, default=1, help="processes")
+    ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args(argv)
     scen = {"all": SCENARIOS, "kimi": SCENARIOS[:1], "others": SCENARIOS[1:], "none": ()}[a.scenarios]
+    parallel.set_jobs(a.jobs)
     res = run(
         seeds=a.seeds,
         scenarios=scen,
@@ -306,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         hosts=tuple(int(x) for x in a.hosts.split(",")),
         modes=tuple(a.modes.split(",")),
         stop_pct=a.stop_pct,
-        jobs=a.jobs,
     )
+    parallel.shutdown()
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=2, default=str))
     return 0
