@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks import parallel
+from benchmarks import answer, parallel
 from benchmarks.landscapes import landscape
 from benchmarks.strategies import compare, compare_family
 
@@ -23,10 +23,15 @@ def _figures(jobs: int) -> tuple[dict, dict, list[str]]:
         fam = compare_family(
             "held-out", (1000, 1001), budget=8, log=lines.append, strategies=("structured",), landscape_fn=landscape
         )
+        # the answer section: the search until it stops itself, then the confirmation (one profile, one landscape)
+        ans = answer.run(
+            seeds=2, scenarios=SCENARIO, family_seeds=1, noises=(0.03,), hosts=(1,), modes=("new",), log=lines.append
+        )
     finally:
         parallel.set_jobs(1)
-    for out in (scen, fam):
+    for out in (scen, fam, ans):
         out.pop("seconds")
+    fam["answer"] = ans
     return scen, fam, lines
 
 
@@ -44,6 +49,7 @@ def test_one_job_and_two_jobs_give_the_same_restarts(one_and_two):
     assert set(row["strategies"]) == set(BUDGETS) and row["strategies"]["structured"]["runs"] == 2
     assert len(fam1["strategies"]["structured"]["restarts_each"]) == 2
     assert fam1["landscapes"] == [1000, 1001]
+    assert len(fam1["answer"]["rows"]) == 3 and all(r["restarts"] > 0 for r in fam1["answer"]["rows"])
 
 
 def test_results_come_back_in_submission_order():
