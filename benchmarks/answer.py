@@ -194,7 +194,6 @@ def run(
     hosts=HOSTS,
     modes=MODES,
     stop_pct: float = STOP_BELOW_GAIN_PCT,
-    jobs: int | None = None,
     log=print,
 ) -> dict[str, Any]:
     """Every scenario (``seeds`` seeds) and the family's landscapes (one run each, ``family_seeds`` of them) at
@@ -220,9 +219,8 @@ def run(
                     for k in fam_seeds:
                         kw = dict(hosts=n, noise=noise, mode=mode, stop_pct=stop_pct)
                         work.append(((family, None), (module, k), None, 0, 0, kw))
-    if jobs is not None:
-        parallel.set_jobs(jobs)
-    rows = parallel.pmap(_job, [(w[1:],) for w in work])  # in submission order: the same for any number of jobs
+    # on benchmarks.parallel's workers (``set_jobs``), in submission order: the same for any number of jobs
+    rows = parallel.pmap(_job, [(w[1:],) for w in work])
     for w, r in zip(work, rows):
         r["group"] = w[0][0] if w[0][1] is None else f"{w[0][0]} c{w[0][1]}"
     out: dict[str, Any] = {
@@ -291,17 +289,19 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     scen = {"all": SCENARIOS, "kimi": SCENARIOS[:1], "others": SCENARIOS[1:], "none": ()}[a.scenarios]
     parallel.set_jobs(a.jobs)
-    res = run(
-        seeds=a.seeds,
-        scenarios=scen,
-        family=None if a.family == "none" else a.family,
-        family_seeds=a.family_seeds,
-        noises=tuple(float(x) for x in a.noises.split(",")),
-        hosts=tuple(int(x) for x in a.hosts.split(",")),
-        modes=tuple(a.modes.split(",")),
-        stop_pct=a.stop_pct,
-    )
-    parallel.shutdown()
+    try:
+        res = run(
+            seeds=a.seeds,
+            scenarios=scen,
+            family=None if a.family == "none" else a.family,
+            family_seeds=a.family_seeds,
+            noises=tuple(float(x) for x in a.noises.split(",")),
+            hosts=tuple(int(x) for x in a.hosts.split(",")),
+            modes=tuple(a.modes.split(",")),
+            stop_pct=a.stop_pct,
+        )
+    finally:
+        parallel.shutdown()
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=2, default=str))
     return 0
