@@ -152,6 +152,42 @@ def test_a_miscalibrated_model_hands_launches_to_the_explorer(tmp_path):
     assert C.EXPLORER in choosers and C.MODEL in choosers, choosers
 
 
+def test_on_one_gpu_the_explorer_leaves_communication_settings_at_their_default(tmp_path):
+    """One GPU has no all-reduce: another NCCL protocol or custom all-reduce level is the same server, so the
+    explorer, like the model, launches only their defaults; a setting that does change the server stays open."""
+    one_gpu = {
+        **TREES,
+        "fixed": {**TREES["fixed"], "tp-size": 1},
+        "parameters": {**TREES["parameters"], "speculative-adaptive": {"type": "categorical", "choices": [False, True]}},
+    }
+    space = parse_space(one_gpu, "one-gpu.yaml")
+    table = build_table(space)
+    assert table.idle_settings(1, False) == {"disable-custom-all-reduce": False, "NCCL_PROTO": "unset"}
+    assert table.idle_settings(2, True) == {"disable-custom-all-reduce": False}
+    assert table.idle_settings(2, False) == {}
+    sampler = StructuredSampler(space, concurrency=1, seed=3)
+    study = _journal(tmp_path, sampler)
+    base = {**CHAIN, "speculative-num-steps": 2, "NCCL_PROTO": "unset", "speculative-adaptive": False}
+    _record(study, space, base, 100.0)
+    broken = {C.CHOOSER: C.MODEL, C.P_IMPROVE: 0.6, C.EXPECTED_GAIN: 0.1, C.PREDICTED: 112.0, C.PRED_LOG_SD: 0.02}
+    for k, steps in enumerate((3, 4, 5, 6)):
+        _record(study, space, {**base, "speculative-num-steps": steps}, 90.0 - k, attrs=broken)
+    assert C.assess(study.get_trials()).explore_share == C.MAX_EXPLORE
+    explored = []
+    for _ in range(12):
+        trial = study.ask()
+        cand = space.suggest(trial)
+        if study.get_trials(deepcopy=False)[trial.number].user_attrs.get(C.CHOOSER) == C.EXPLORER:
+            explored.append(dict(trial.params))
+        trial.set_user_attr(R.LAUNCHED, True)
+        trial.set_user_attr(R.FLAGS, dict(cand.flags))
+        trial.set_user_attr(R.OUTCOME, R.COMPLETE)
+        study.tell(trial, 80.0)
+    assert len(explored) >= 3, explored
+    assert all(p["NCCL_PROTO"] == "unset" and p["disable-custom-all-reduce"] is False for p in explored), explored
+    assert {p["speculative-adaptive"] for p in explored} == {False, True}, explored
+
+
 def test_nccl_settings_learned_with_custom_all_reduce_on_stay_open_with_it_off():
     """Launches with custom all-reduce on say NCCL_PROTO=LL changes nothing; with custom all-reduce off (NCCL then
     carries the decode all-reduces) the model must still be unsure what LL does."""

@@ -22,6 +22,13 @@ from ..space import UNSET, SearchSpace
 from ..study import records as R
 
 TREE_PARAMS = (rules.ALGO, rules.STEPS, rules.TOPK, rules.DRAFT)
+#: SGLang's custom all-reduce switch; with it and the NCCL variables, the settings that act only on communication
+CAR = "disable-custom-all-reduce"
+
+
+def acts_on_communication(name: str) -> bool:
+    """Custom all-reduce and the NCCL variables change only how the GPUs talk to each other."""
+    return name == CAR or name.startswith("NCCL_")
 
 
 @dataclass
@@ -34,6 +41,17 @@ class CandidateTable:
     other_values: list[tuple[Any, ...]]  # one tuple per setting, in other_names order
     valid: np.ndarray  # (n_tree, n_other) bool: passes SGLang's rules and the space's constraints
     default_other: tuple[Any, ...] = field(default_factory=tuple)
+
+    def idle_settings(self, tp: int, pcie_only: bool) -> dict[str, Any]:
+        """The settings whose other levels run the same server here, each with its default: on one GPU every
+        communication setting (there is no all-reduce); on a PCIe-only box custom all-reduce (SGLang has disabled
+        it itself). Launching their other levels repeats a server already measured."""
+        defaults = dict(zip(self.other_names, self.default_other))
+        if tp <= 1:
+            return {n: v for n, v in defaults.items() if acts_on_communication(n)}
+        if pcie_only and CAR in defaults:
+            return {CAR: defaults[CAR]}
+        return {}
 
     def params(self, i: int, j: int) -> dict[str, Any]:
         out = dict(self.tree_values[i])

@@ -36,7 +36,7 @@ from ..study import records as R
 from . import calibration as C
 from .candidates import CandidateTable, build_table
 from .feasibility import Failure, feasible_probability
-from .throughput_model import CAR, Observation, ThroughputModel
+from .throughput_model import Observation, ThroughputModel
 
 N_DRAWS = 96
 TREE_CHUNK = 128
@@ -86,6 +86,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         # the model-free explorer (calibration module): learns only from measured values, never from our priors
         self._explorer = optuna.samplers.TPESampler(seed=seed, n_startup_trials=EXPLORER_STARTUP, constant_liar=True)
         self._exploring: int | None = None  # the trial the explorer is choosing for
+        self._explorer_fixed: dict[str, Any] = {}  # CandidateTable.idle_settings: left at their default
         self.calibration = C.Calibration()
         self._distributions = _distributions(space)
         self._tp = tp_size(space)
@@ -127,6 +128,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         if share > 0 and not C.explorer_wasted(trials, trial.number) and self._rng.random() < share:
             # the model has been wrong: this launch is the explorer's (sample_independent, parameter by parameter)
             self._exploring = trial.number
+            self._explorer_fixed = table.idle_settings(self._tp, any(_pcie_only(t) for t in trials))
             storage.set_trial_user_attr(trial._trial_id, C.CHOOSER, C.EXPLORER)
             storage.set_trial_user_attr(trial._trial_id, C.EXPLORE_SHARE, round(share, 3))
             return {}
@@ -142,8 +144,12 @@ class StructuredSampler(optuna.samplers.BaseSampler):
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
-        sampler = self._explorer if self._exploring == trial.number else self._fallback
-        return sampler.sample_independent(study, trial, param_name, param_distribution)
+        if self._exploring != trial.number:
+            return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+        idle = self._explorer_fixed
+        if param_name in idle and _offers(param_distribution, idle[param_name]):
+            return idle[param_name]  # its other levels are the same server: nothing for the explorer to learn
+        return self._explorer.sample_independent(study, trial, param_name, param_distribution)
 
     # ------------------------------------------------------------------ the choice
     def choose(
@@ -170,11 +176,9 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         allowed[~table.spec] = False  # the driver measures the baseline itself
         for i, j in taken:
             allowed[i, j] = False
-        if self._tp <= 1:  # one GPU: no all-reduce, so NCCL and custom all-reduce settings are the same server
-            allowed[:, [v != table.default_other for v in table.other_values]] = False
-        if pcie_only and CAR in table.other_names:  # launch only its default: the other level is the same server
-            k = table.other_names.index(CAR)
-            allowed[:, [v[k] != table.default_other[k] for v in table.other_values]] = False
+        for name, value in table.idle_settings(self._tp, pcie_only).items():  # other levels: the same server
+            k = table.other_names.index(name)
+            allowed[:, [v[k] != value for v in table.other_values]] = False
         for name, value in fatal:  # a setting whose log proved it fatal on its own (the driver skips it anyway)
             if name in table.other_names:
                 k = table.other_names.index(name)
@@ -282,6 +286,14 @@ def _proximity(table: CandidateTable, seen: list[tuple[int, int]], locality: flo
         ds = (settings != settings[j]).sum(axis=1).astype(float)
         d = np.minimum(d, dt[:, None] + ds[None, :])
     return np.exp(-locality * d)
+
+
+def _offers(dist: BaseDistribution, value: Any) -> bool:
+    if isinstance(dist, CategoricalDistribution):
+        return value in dist.choices
+    if isinstance(dist, (IntDistribution, FloatDistribution)):
+        return isinstance(value, (int, float)) and dist.low <= value <= dist.high
+    return False
 
 
 def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):

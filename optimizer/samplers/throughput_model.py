@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .candidates import CandidateTable
+from .candidates import CAR, CandidateTable
 
 # Prior of log(L - 1) against log(depth): a fit to the published EAGLE-3 chat curve (L = 1.76 at 1 step up to 3.17
 # at 7), wide enough for drafters from the weak (L = 1.5 at 3 steps) to the strong (L > 4).
@@ -75,7 +75,6 @@ NCCL_UNDER_CAR = 0.35
 #: NCCL on decode's small all-reduces, so off is slower unless an NCCL setting wins the difference back
 CAR_OFF_COST = 0.03
 #: on a PCIe-only box SGLang has disabled its custom all-reduce itself, so this flag changes nothing there
-CAR = "disable-custom-all-reduce"
 PRUNED_NOISE_FACTOR = 2.0  # a pruned launch measured fewer chunks
 
 
