@@ -123,6 +123,7 @@ def wait_ready(
                 watcher.poll()
                 tail = log_tail(server.log_path)
                 kind, line = watcher.fatal or ("crash", _exit_line(rc, tail))
+                tail = tail or f"(the server wrote nothing to {server.log_path} before it exited)"
                 raise BootError(_reason(kind, line, rc), kind=kind, log_tail=tail)
             if watcher.fatal is not None:
                 if fatal_at is None:

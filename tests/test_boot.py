@@ -384,3 +384,19 @@ def test_the_gpu_ab_script_runs_on_the_simulator(tmp_path: Path) -> None:
     )
     assert res["search_boot_adds"]["boot_flags"]["cuda-graph-bs-decode"] == list(range(1, 9)) + [10, 12, 14, 16]
     assert set(runs["search"]["tok_per_s"]) == {"1", "16"} and 0 < res["cycle_ratio"] < 1.5
+
+
+def test_a_server_that_dies_before_writing_its_log_says_so(tmp_path: Path) -> None:
+    """A server killed or crashed before its first line (a loaded host still importing) leaves an empty log: the
+    trial's log tail says that, so a failed trial always shows where its log was and why it is empty."""
+    from optimizer.errors import BootError
+    from optimizer.readiness import wait_ready
+
+    host = LocalHost("local", tmp_path / "state")
+    port = host.pick_port()
+    server = host.start([sys.executable, "-c", "import sys; sys.exit(3)"], {}, tmp_path / "server.log", port)
+    with pytest.raises(BootError) as err:
+        wait_ready(server, boot_timeout_s=30)
+    assert err.value.kind == "crash" and "status 3" in str(err.value)
+    assert (tmp_path / "server.log").read_text() == ""
+    assert err.value.log_tail == f"(the server wrote nothing to {tmp_path / 'server.log'} before it exited)"

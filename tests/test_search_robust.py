@@ -158,7 +158,10 @@ def test_on_one_gpu_the_explorer_leaves_communication_settings_at_their_default(
     one_gpu = {
         **TREES,
         "fixed": {**TREES["fixed"], "tp-size": 1},
-        "parameters": {**TREES["parameters"], "speculative-adaptive": {"type": "categorical", "choices": [False, True]}},
+        "parameters": {
+            **TREES["parameters"],
+            "speculative-adaptive": {"type": "categorical", "choices": [False, True]},
+        },
     }
     space = parse_space(one_gpu, "one-gpu.yaml")
     table = build_table(space)
