@@ -23,6 +23,8 @@ from faults.driver import ROOT, SPACE, Run, children_of, load_trials, optimize_a
 from faults.figures import add, study_servers
 from optuna.trial import TrialState
 
+from optimizer.study.resume import chosen_params
+
 KILLS = 20
 EVENTS = ["early", "starting", "warming_up", "benchmarking", "chunk", " complete"]
 
@@ -105,10 +107,13 @@ def _kill_chain(tmp_path: Path, study: str, kills: int, seed: int, executor: str
     for n in interrupted:
         t = by_number[n]
         assert t.state == TrialState.FAIL and t.user_attrs.get("outcome") == "interrupted", (n, t.user_attrs)
-        if t.params and not t.user_attrs.get("requeued_from"):
-            again = [x for x in trials if x.user_attrs.get("requeued_from") == n]
+        again = [x for x in trials if x.user_attrs.get("requeued_from") == n]
+        intended = chosen_params(t)  # None: killed while its parameters were being suggested
+        if intended and not t.user_attrs.get("requeued_from"):
             assert len(again) == 1, f"trial {n} re-queued {len(again)} times"
-            assert again[0].params == t.params
+            assert again[0].params == intended
+        elif not intended and not t.user_attrs.get("baseline"):  # the baseline has no parameters: asked again
+            assert not again and "chooses again" in t.user_attrs["failure_reason"], (n, t.user_attrs)
     orphans = _wait_gone(study, 5.0)
     pid_files = list((studies / study / "hosts").glob("*/run/*.json"))
     return {

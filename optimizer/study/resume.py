@@ -7,7 +7,7 @@ from collections.abc import Callable, Container
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ..settings import StudyConfig
 from ..sglang import flags as sgl
@@ -25,17 +25,31 @@ def requeue_interrupted(study: optuna.Study, *, skip: Container[int] = ()) -> in
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if t.number in skip:
             continue
+        reason = "the driver stopped while this trial ran; re-queued"
+        intended = chosen_params(t)
         if t.user_attrs.get(R.BASELINE):
             requeued += 1
-        elif t.params and not t.user_attrs.get(R.REQUEUED_FROM):
+        elif intended and not t.user_attrs.get(R.REQUEUED_FROM):
             if t.number not in already:
-                study.enqueue_trial(t.params, user_attrs={R.REQUEUED_FROM: t.number})
+                study.enqueue_trial(intended, user_attrs={R.REQUEUED_FROM: t.number})
             requeued += 1
+        elif not intended:
+            reason = "the driver stopped while this trial's configuration was being chosen; the search chooses again"
         trial = optuna.Trial(study, t._trial_id)
         trial.set_user_attr(R.OUTCOME, R.INTERRUPTED)
-        trial.set_user_attr(R.FAILURE_REASON, "the driver stopped while this trial ran; re-queued")
+        trial.set_user_attr(R.FAILURE_REASON, reason)
         study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
     return requeued
+
+
+def chosen_params(t: FrozenTrial) -> dict[str, Any] | None:
+    """The whole configuration a trial was given, or None while it was still being chosen: a queued trial's
+    parameters (a warm start, a re-queued trial), else its suggested ones once the driver recorded its flags (Optuna
+    stores each suggested parameter as it comes, so a driver killed in between leaves only some of them)."""
+    fixed = t.system_attrs.get("fixed_params")
+    if isinstance(fixed, dict) and fixed:
+        return dict(fixed)
+    return dict(t.params) if t.params and R.FLAGS in t.user_attrs else None
 
 
 def reap_orphans(executor: Any, note: Callable[[str], None]) -> None:
