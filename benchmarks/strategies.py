@@ -85,6 +85,8 @@ def _true_tok_per_s(prof: Profile, flags: dict, env: dict, concurrency: int, acc
         return 0.0
     r = prof._resolve(flags)
     b = max(1, min(int(concurrency), r["max_running"]))
+    if r["adaptive"] is not None:  # SGLang's adaptive mode: the mixture of the chains its slot runs
+        return prof.adaptive_mixture(r, b, env, CATEGORY_MIX).tok_per_s
     cycle = prof.step_times(b, r, env)[0]
     key = (r["algo"], r["triple"])
     if key not in accept_cache:

@@ -170,6 +170,50 @@ def _sim(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )
 
 
+def test_search_model_predicts_adaptive_mode_as_the_mixture_of_the_chains_its_slot_runs():
+    """The structured sampler's model, taught only static chains (the simulator's values), predicts SGLang's default
+    adaptive config from the chains its slot would run: at 1 stream the slot of [1, 3, 7] starting at 3 stays near
+    3 steps, at 32 streams the slot of [0, 1] runs 1 step, far below the 3-step chain a plain setting would have
+    predicted; and an adaptive launch on one GPU still teaches the flag's own effect."""
+    import math
+
+    import numpy as np
+
+    from benchmarks.strategies import truth
+    from optimizer.samplers.candidates import build_table
+    from optimizer.samplers.throughput_model import Observation, ThroughputModel
+    from optimizer.space import load_space
+
+    space = load_space(ROOT / "search_spaces" / "adaptive.yaml")
+    table = build_table(space)
+    prof = load_profile("llama-3.1-8b-h100")
+    k = table.other_names.index(adaptive.FLAG)
+    on = next(j for j, v in enumerate(table.other_values) if v[k] is True)
+    off = next(j for j, v in enumerate(table.other_values) if v[k] is False)
+    chain = {
+        s: next(i for i in range(len(table.trees)) if table.spec[i] and tuple(table.trees[i]) == (s, 1, s + 1))
+        for s in (1, 2, 3, 5, 7)
+    }
+    base = int(np.flatnonzero(~table.spec)[0])
+    for conc, steps in ((1, 3), (32, 1)):
+        values = truth(prof, space, conc)["values"]
+        obs = [Observation(base, off, values[base, off], None)]
+        for i in chain.values():
+            accept = prof.evaluate(space.candidate(table.params(i, off)).flags, {}, conc).accept_length
+            obs.append(Observation(i, off, values[i, off], accept))
+        model = ThroughputModel(table, conc, 1).fit(obs)
+        expected = model.expected_steps(chain[3])
+        assert max(expected, key=expected.get) == steps, (conc, expected)
+        predicted = math.exp(model.mean_log_tps(chain[3], on))
+        assert abs(predicted / values[chain[3], on] - 1) < 0.06, (conc, predicted, values[chain[3], on])
+        if conc == 32:
+            assert predicted < 0.8 * math.exp(model.mean_log_tps(chain[3], off))
+            # its own launch, 10 % off the mixture, moves the prediction most of the way (not a tight prior)
+            seen = 0.9 * predicted
+            refit = ThroughputModel(table, conc, 1).fit(obs + [Observation(chain[3], on, seen, 1.9)])
+            assert abs(math.exp(refit.mean_log_tps(chain[3], on)) / seen - 1) < 0.05
+
+
 def test_simulator_refuses_a_step_count_outside_the_config(tmp_path):
     base = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-adaptive"]
     res = _sim(*base, "--speculative-num-steps", "4", "--port", str(_free_port()))

@@ -205,10 +205,10 @@ def test_nccl_settings_learned_with_custom_all_reduce_on_stay_open_with_it_off()
 
     obs = [Observation(chain, j_of(False, p), 100.0, 2.5) for p in ("unset", "LL", "Simple") for _ in range(3)]
     model = ThroughputModel(table, 1, 2).fit(obs)
-    tree, settings, spec_part = model.draw(400, np.random.default_rng(0))
+    draws = model.draw(400, np.random.default_rng(0))
 
     def spread(j):
-        return float(np.std(settings[j] + spec_part[j]))
+        return float(np.std(draws.settings[j] + draws.settings_spec[j]))
 
     assert spread(j_of(True, "LL")) > 2.5 * spread(j_of(False, "LL"))
 

@@ -41,6 +41,7 @@ class CandidateTable:
     other_values: list[tuple[Any, ...]]  # one tuple per setting, in other_names order
     valid: np.ndarray  # (n_tree, n_other) bool: passes SGLang's rules and the space's constraints
     default_other: tuple[Any, ...] = field(default_factory=tuple)
+    memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)  # what is derived from it once
 
     def idle_settings(self, tp: int, pcie_only: bool) -> dict[str, Any]:
         """The settings whose other levels run the same server here, each with its default: on one GPU every

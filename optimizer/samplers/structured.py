@@ -60,6 +60,7 @@ NOISY_SCALE = 1.5  # the client's stream measurement (optimizer.loadgen.client.B
 PREDICTED = C.PREDICTED
 EXPECTED_GAIN = "search:expected_gain"
 P_FEASIBLE = "search:p_feasible"
+ADAPTIVE_STEPS = "search:adaptive_steps"  # for an adaptive-mode launch: share of verify steps per step count
 ADAPTIVE = "search:adaptive_settings"  # whether the model that chose the launch learned how much settings matter
 
 
@@ -199,31 +200,30 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         near = _proximity(table, served + list(pending), self._locality)
         if pending:  # idle hosts spread out: a launch right next to one still running teaches little more
             near = near * (1.0 - _proximity(table, list(pending), SPREAD))
-        tree, settings, settings_spec = model.draw(self._n_draws, self._rng)
+        draws = model.draw(self._n_draws, self._rng)
         widen = self.calibration.widen
         if widen > 1.0:  # measurements fell further from the predictions than the model's spread said
-            tree = tree[:, :1] + widen * (tree - tree[:, :1])
-            settings = settings[:, :1] + widen * (settings - settings[:, :1])
-            settings_spec = settings_spec[:, :1] + widen * (settings_spec - settings_spec[:, :1])
-        spec = table.spec.astype(float)
+            draws = draws.widened(widen)
+        n_tree = len(draws.tree)
         # The bar in each posterior draw: the best measured, or a running launch's value in that draw if higher.
         # A candidate that rises and falls with a running launch then gains little in every draw (batch expected
         # improvement with the running launches integrated over the posterior, not fixed at its mean).
-        log_best = np.full(tree.shape[1], -np.inf if best is None else math.log(best))
+        log_best = np.full(draws.tree.shape[1], -np.inf if best is None else math.log(best))
         if pending:
-            running = [tree[i] - settings[j] - spec[i] * settings_spec[j] for i, j in pending]
+            running = [draws.at(i, j) for i, j in pending]
             log_best = np.maximum(log_best, np.max(running, axis=0))
         score = np.full(allowed.shape, -1.0)
         ei_all = np.zeros(allowed.shape)
-        for a in range(0, len(tree), TREE_CHUNK):
-            b = min(len(tree), a + TREE_CHUNK)
-            y = tree[a:b, None, :] - settings[None, :, :] - spec[a:b, None, None] * settings_spec[None, :, :]
+        mean = np.zeros(allowed.shape)
+        for a in range(0, n_tree, TREE_CHUNK):
+            b = min(n_tree, a + TREE_CHUNK)
+            y = draws.block(a, b)
+            mean[a:b] = y[:, :, 0]
             ei = np.clip(np.exp(y - log_best) - 1.0, 0.0, MAX_GAIN).mean(axis=-1)
             ei_all[a:b] = ei
             score[a:b] = np.where(allowed[a:b], ei * p_ok[a:b] * near[a:b], -1.0)
         top = float(score.max())
         if top <= 1e-12:  # confident: nothing is expected to beat the best; take the best predicted mean
-            mean = tree[:, None, 0] - settings[None, :, 0] - spec[:, None] * settings_spec[None, :, 0]
             score = np.where(allowed, mean + np.log(np.maximum(p_ok, 1e-9)), -np.inf)
             top = float(score.max())
         flat = np.flatnonzero(score >= top - 1e-12)
@@ -232,7 +232,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self.last_expected_gain = float(ei_all[i, j])
         below = self._stop_below_gain is not None and self.last_expected_gain < self._stop_below_gain
         self._low_gain_asks = self._low_gain_asks + 1 if below else 0
-        y = tree[i] - settings[j] - spec[i] * settings_spec[j]
+        y = draws.at(i, j)
         noise = C.LAUNCH_NOISE_SD * model.noise_scale  # a launch measures its configuration's value this far off
         info = {
             PREDICTED: round(math.exp(model.mean_log_tps(i, j)), 3),
@@ -243,6 +243,9 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             ADAPTIVE: self.adaptive,
             C.CHOOSER: C.MODEL,
         }
+        steps = model.expected_steps(i) if model.adaptive.is_adaptive(i, j) else None
+        if steps:  # SGLang's adaptive mode: the step counts the model expects its slot to run, and how often
+            info[ADAPTIVE_STEPS] = {str(k): f for k, f in steps.items()}
         return (i, j), info
 
 

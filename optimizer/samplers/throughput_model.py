@@ -44,7 +44,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .candidates import CAR, CandidateTable
+from . import adaptive_chains
+from .candidates import CAR, CandidateTable, acts_on_communication
 
 # Prior of log(L - 1) against log(depth): a fit to the published EAGLE-3 chat curve (L = 1.76 at 1 step up to 3.17
 # at 7), wide enough for drafters from the weak (L = 1.5 at 3 steps) to the strong (L > 4).
@@ -145,22 +146,33 @@ class ThroughputModel:
         car_always_off: bool = False,
     ) -> None:
         self.table = table
+        self.concurrency = max(1, int(concurrency))
         self.spec = table.spec.astype(float)
         self.acc_X, acc_mean, acc_sd = _accept_features(table)
         self.tree_X, tree_mean, tree_sd = _tree_features(table, concurrency)
-        self.main_X, self.pair_X, main_scale, main_mean = _setting_features(
+        # SGLang's adaptive mode: a mixture of the chains its slot runs (adaptive_chains), each chain's features
+        self.adaptive = adaptive_chains.layout(table, concurrency)
+        self.chains = self.adaptive.chains
+        chain_trees = np.array([(k, 1, k + 1) for k in self.chains], dtype=float).reshape(-1, 3)
+        topk_levels, depth_levels = _accept_levels(table)
+        self.chain_acc_X = _accept_rows(chain_trees, chain_trees[:, 0] > 0, topk_levels, depth_levels)
+        self.chain_tree_X = _tree_rows(chain_trees, np.ones(len(self.chains), dtype=bool), topk_levels)
+        self.shares: dict[int, np.ndarray] = {}  # adaptive row -> share of verify steps per chain, set by fit
+        self.main_X, self.pair_X, main_scale, main_mean, comm = _setting_features(
             table, all_levels=adaptive_settings, car_always_off=car_always_off
         )
-        # With one GPU there is no all-reduce: the settings cannot matter (still learned, from a tight prior).
-        sd_main, sd_pair, sd_spec = (
-            (0.01, 0.005, 0.005) if tp_size <= 1 else (SETTING_SD, SETTING_PAIR_SD, SETTING_SPEC_SD)
-        )
+        # With one GPU there is no all-reduce: the communication settings cannot matter (still learned, from a tight
+        # prior); the others (SGLang's adaptive mode, ...) keep their spread.
+        idle = comm & (tp_size <= 1)
+        sd_main = np.where(idle, 0.01, SETTING_SD)
+        sd_spec = np.where(idle, 0.005, SETTING_SPEC_SD)
+        sd_pair = 0.005 if tp_size <= 1 else SETTING_PAIR_SD
         nm, npair = self.main_X.shape[1], self.pair_X.shape[1]
         self.accept = BayesLinear(acc_mean, acc_sd)
         # one step-time regression per prior scale of the settings' effects, averaged by evidence (module doc)
         scales = SETTING_SCALES if tp_size > 1 and adaptive_settings else (1.0,)
         setting_sd = np.concatenate([sd_main * main_scale, np.full(npair, sd_pair), sd_spec * main_scale])
-        main_mean = main_mean if tp_size > 1 else np.zeros(nm)
+        main_mean = np.where(idle, 0.0, main_mean)
         prior_mean = np.concatenate([tree_mean, main_mean, np.zeros(npair + nm)])
         self.steps = [BayesLinear(prior_mean, np.concatenate([tree_sd, setting_sd * s])) for s in scales]
         self.step_weights = np.full(len(scales), 1.0 / len(scales))
@@ -171,17 +183,36 @@ class ThroughputModel:
         return np.concatenate([self.tree_X[i], self.main_X[j], self.pair_X[j], self.spec[i] * self.main_X[j]])
 
     def fit(self, obs: list[Observation]) -> ThroughputModel:
-        acc = [o for o in obs if o.accept_length is not None and self.spec[o.i] and o.accept_length > 1.0]
+        mixed = [o for o in obs if self.adaptive.is_adaptive(o.i, o.j)]
+        plain = [o for o in obs if not self.adaptive.is_adaptive(o.i, o.j)]
+        # an adaptive launch's accept length is its chains' mixture, not its row's chain: the curve learns from
+        # static launches only
+        acc = [o for o in plain if o.accept_length is not None and self.spec[o.i] and o.accept_length > 1.0]
         Xa = self.acc_X[[o.i for o in acc]] if acc else np.zeros((0, self.acc_X.shape[1]))
         ya = np.array([math.log(max(o.accept_length - 1.0, 0.02)) for o in acc])
         na = np.array([ACCEPT_NOISE_SD * (PRUNED_NOISE_FACTOR if o.pruned else 1.0) for o in acc])
         self.accept.fit(Xa, ya, na)
-        st = [o for o in obs if o.tok_per_s and o.tok_per_s > 0]
+        self.shares = {i: self._shares(i) for i in self.adaptive.rows}
+        self._fit_steps(plain)
+        if mixed:  # what the mixture (at the static launches' fit) leaves unexplained goes to the flag's effect
+            self._fit_steps(plain, mixed)
+        return self
+
+    def _fit_steps(self, plain: list[Observation], mixed: list[Observation] | None = None) -> None:
+        mixed = mixed or []
         rows, ys, ns = [], [], []
-        for o in st:
-            L = self.accept_length(o.i) if o.accept_length is None or not self.spec[o.i] else o.accept_length
+        dt = self.tree_X.shape[1]
+        mixed_ids = {id(o) for o in mixed}
+        for o in plain + mixed:
+            if not (o.tok_per_s and o.tok_per_s > 0):
+                continue
             if not self.spec[o.i]:
                 L = 1.0
+            elif id(o) in mixed_ids:  # log tps = mixture - settings: the target puts the rest on the settings' effects
+                own = float(self.tree_X[o.i] @ self.step_mean[:dt])
+                L = math.exp(self._mixture_mean(o.i) + own)
+            else:
+                L = self.accept_length(o.i) if o.accept_length is None else o.accept_length
             rows.append(self.step_row(o.i, o.j))
             ys.append(math.log(max(L, 1.0)) - math.log(o.tok_per_s))
             ns.append(STEP_NOISE_SD * (PRUNED_NOISE_FACTOR if o.pruned else 1.0))
@@ -202,7 +233,37 @@ class ThroughputModel:
             w = np.exp(evidence - evidence.max())
             self.step_weights = w / w.sum()
         self.step_mean = sum(w * m.mean for w, m in zip(self.step_weights, self.steps))
-        return self
+
+    def _shares(self, i: int) -> np.ndarray:
+        """Share of verify steps at each chain of ``self.chains`` for adaptive row i (the accept curve's mean)."""
+        k_of = {k: n for n, k in enumerate(self.chains)}
+
+        def accept_length(k: int) -> float:
+            return 1.0 + math.exp(float(self._chain_acc_row(k) @ self.accept.mean))
+
+        out = np.zeros(len(self.chains))
+        for k, f in adaptive_chains.shares(self.adaptive.rows[i], accept_length, self.concurrency).items():
+            out[k_of[k]] = f
+        return out
+
+    def _chain_acc_row(self, k: int) -> np.ndarray:
+        if k in self.chains:
+            return self.chain_acc_X[self.chains.index(k)]
+        trees = np.array([[k, 1, k + 1]], dtype=float)
+        return _accept_rows(trees, np.array([True]), *_accept_levels(self.table))[0]
+
+    def _mixture_mean(self, i: int) -> float:
+        """The tree part of log tok/s of adaptive row i at the posterior mean: log sum f L - log sum f t."""
+        f = self.shares[i]
+        L = np.where(np.array(self.chains) > 0, 1.0 + np.exp(self.chain_acc_X @ self.accept.mean), 1.0)
+        t = np.exp(self.chain_tree_X @ self.step_mean[: self.tree_X.shape[1]])
+        return float(math.log(f @ L) - math.log(f @ t))
+
+    def expected_steps(self, i: int) -> dict[int, float] | None:
+        """For an adaptive row: the share of verify steps the model expects at each step count; else None."""
+        if i not in self.shares:
+            return None
+        return {k: round(float(f), 3) for k, f in zip(self.chains, self.shares[i]) if f > 0}
 
     @property
     def launch_noise(self) -> float:
@@ -216,12 +277,16 @@ class ThroughputModel:
         return 1.0 + math.exp(float(self.acc_X[i] @ self.accept.mean))
 
     def mean_log_tps(self, i: int, j: int) -> float:
-        return math.log(self.accept_length(i)) - float(self.step_row(i, j) @ self.step_mean)
+        value = math.log(self.accept_length(i)) - float(self.step_row(i, j) @ self.step_mean)
+        if self.adaptive.is_adaptive(i, j):  # the chains' mixture in place of the row's own chain
+            value += self._mixture_mean(i) - self._tree_mean(i)
+        return value
 
-    def draw(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Posterior draws of log tok/s, factored as (tree part (n_tree, n), settings part (n_other, n), settings
-        part felt by speculation only (n_other, n)): log tok/s of configuration (i, j) in draw s is
-        ``tree[i, s] - settings[j, s] - spec[i] * settings_spec[j, s]``. Draw 0 is the posterior mean."""
+    def _tree_mean(self, i: int) -> float:
+        return math.log(self.accept_length(i)) - float(self.tree_X[i] @ self.step_mean[: self.tree_X.shape[1]])
+
+    def draw(self, n: int, rng: np.random.Generator) -> Draws:
+        """Posterior draws of log tok/s (:class:`Draws`); draw 0 is the posterior mean."""
         wa = self.accept.samples(n, rng)  # (n, da)
         # draws from each scale's posterior in proportion to its weight; draw 0 is the weighted posterior mean
         counts = rng.multinomial(n - 1, self.step_weights)
@@ -231,39 +296,113 @@ class ThroughputModel:
         tree = log_L - self.tree_X @ ws[:, :dt].T
         settings = np.concatenate([self.main_X, self.pair_X], axis=1) @ ws[:, dt : dt + dm + dp].T
         settings_spec = self.main_X @ ws[:, dt + dm + dp :].T
-        return tree, settings, settings_spec
+        delta = np.zeros_like(tree)
+        if self.shares:  # adaptive rows: the mixture of the chains in each draw, in place of the row's own chain
+            chain_L = np.where(np.array(self.chains)[:, None] > 0, 1.0 + np.exp(self.chain_acc_X @ wa.T), 1.0)
+            chain_t = np.exp(self.chain_tree_X @ ws[:, :dt].T)
+            for i, f in self.shares.items():
+                delta[i] = np.log(f @ chain_L) - np.log(f @ chain_t) - tree[i]
+        return Draws(tree, settings, settings_spec, self.spec, self.adaptive.columns, delta)
+
+
+@dataclass
+class Draws:
+    """Posterior draws of log tok/s over the table, kept factored: configuration (i, j) in draw s is
+    ``tree[i, s] - settings[j, s] - spec[i] * settings_spec[j, s] + adaptive[j] * adaptive_delta[i, s]`` (the tree,
+    the settings, the part of the settings felt by speculation only, and for SGLang's adaptive mode the chains'
+    mixture in place of the row's own chain)."""
+
+    tree: np.ndarray  # (n_tree, n)
+    settings: np.ndarray  # (n_other, n)
+    settings_spec: np.ndarray  # (n_other, n)
+    spec: np.ndarray  # (n_tree,)
+    adaptive: np.ndarray  # (n_other,)
+    adaptive_delta: np.ndarray  # (n_tree, n)
+
+    def block(self, a: int, b: int) -> np.ndarray:
+        """(b - a, n_other, n): every configuration of tree rows a..b-1."""
+        y = self.tree[a:b, None, :] - self.settings[None] - self.spec[a:b, None, None] * self.settings_spec[None]
+        if self.adaptive.any():
+            y = y + self.adaptive_delta[a:b, None, :] * self.adaptive[None, :, None]
+        return y
+
+    def at(self, i: int, j: int) -> np.ndarray:
+        """(n,): configuration (i, j) in every draw."""
+        y = self.tree[i] - self.settings[j] - self.spec[i] * self.settings_spec[j]
+        return y + self.adaptive[j] * self.adaptive_delta[i]
+
+    def widened(self, factor: float) -> Draws:
+        """Every part's spread around draw 0 (the posterior mean) times ``factor``."""
+
+        def w(x: np.ndarray) -> np.ndarray:
+            return x[:, :1] + factor * (x - x[:, :1])
+
+        return Draws(
+            w(self.tree), w(self.settings), w(self.settings_spec), self.spec, self.adaptive, w(self.adaptive_delta)
+        )
 
 
 def _accept_features(table: CandidateTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Accept-length features of the tree and their prior: the smooth curve, then one deviation per topk > 1 and
     one per chain depth of the space (the curve may bend anywhere)."""
-    steps, topk, draft = table.trees[:, 0], table.trees[:, 1], table.trees[:, 2]
-    depth = np.maximum(1.0, np.minimum(steps, draft - 1))
+    topk_levels, depth_levels = _accept_levels(table)
+    X = _accept_rows(table.trees, table.spec, topk_levels, depth_levels)
+    mean = np.concatenate([ACCEPT_PRIOR_MEAN, np.zeros(len(topk_levels) + len(depth_levels))])
+    sd = np.concatenate(
+        [ACCEPT_PRIOR_SD, np.full(len(topk_levels), TOPK_ACCEPT_SD), np.full(len(depth_levels), DEPTH_ACCEPT_SD)]
+    )
+    return X, mean, sd
+
+
+def _depth(trees: np.ndarray) -> np.ndarray:
+    return np.maximum(1.0, np.minimum(trees[:, 0], trees[:, 2] - 1))
+
+
+def _accept_levels(table: CandidateTable) -> tuple[list[int], list[int]]:
+    topk = table.trees[:, 1]
+    return _level_values(topk, table.spec & (topk > 1)), _level_values(_depth(table.trees), table.spec)
+
+
+def _accept_rows(trees: np.ndarray, spec: np.ndarray, topk_levels: list[int], depth_levels: list[int]) -> np.ndarray:
+    """The accept-length features of any (steps, topk, draft) rows, with the table's level columns."""
+    topk, draft = trees[:, 1], trees[:, 2]
+    depth = _depth(trees)
     x = np.log(depth)
     lt = np.log2(np.maximum(topk, 1.0))
     extra = np.maximum(0.0, draft - 1 - depth)
     fill = np.minimum(1.0, extra / depth)
     base = np.stack([np.ones_like(x), x, x**2, lt * fill, lt * np.log1p(extra) / 3, lt * x], axis=1)
-    by_topk = _levels(topk, table.spec & (topk > 1))
-    by_depth = _levels(depth, table.spec)
-    mean = np.concatenate([ACCEPT_PRIOR_MEAN, np.zeros(by_topk.shape[1] + by_depth.shape[1])])
-    sd = np.concatenate(
-        [ACCEPT_PRIOR_SD, np.full(by_topk.shape[1], TOPK_ACCEPT_SD), np.full(by_depth.shape[1], DEPTH_ACCEPT_SD)]
-    )
-    return np.concatenate([base, by_topk, by_depth], axis=1), mean, sd
+    by_topk = _indicators(topk, spec & (topk > 1), topk_levels)
+    by_depth = _indicators(depth, spec, depth_levels)
+    return np.concatenate([base, by_topk, by_depth], axis=1)
 
 
-def _levels(values: np.ndarray, where: np.ndarray) -> np.ndarray:
-    """(n, k) one indicator column per distinct value among the rows ``where`` holds (0 elsewhere)."""
-    levels = sorted({int(v) for v in values[where]})
+def _level_values(values: np.ndarray, where: np.ndarray) -> list[int]:
+    return sorted({int(v) for v in values[where]})
+
+
+def _indicators(values: np.ndarray, where: np.ndarray, levels: list[int]) -> np.ndarray:
+    """(n, k) one indicator column per level, 1 where ``where`` holds and the value is that level."""
     return np.array([(values == v) & where for v in levels], dtype=float).T.reshape(len(values), len(levels))
 
 
 def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Step-time features of the tree and their prior: the verify pass grows with width x batch, the drafter with
     steps (and more with topk); a tree (topk > 1) adds a fixed mask/sort cost."""
-    spec = table.spec.astype(float)
-    steps, topk, draft = table.trees[:, 0], table.trees[:, 1], table.trees[:, 2]
+    topk_levels = _accept_levels(table)[0]
+    X = _tree_rows(table.trees, table.spec, topk_levels)
+    b = max(1, int(concurrency))
+    width_slope = 0.08 + 0.06 * math.log2(b)
+    mean = np.concatenate([[0.0, 0.1, 0.1, 0.05, width_slope, 0.1, 0.03], np.zeros(len(topk_levels))])
+    sd = np.concatenate([[10.0, 0.3, 0.1, 0.1, 0.12, 0.12, 0.1], np.full(len(topk_levels), TOPK_STEP_SD)])
+    return X, mean, sd
+
+
+def _tree_rows(trees: np.ndarray, spec_rows: np.ndarray, topk_levels: list[int]) -> np.ndarray:
+    """The step-time features of any (steps, topk, draft) rows (0 steps: the verify path with one token), with the
+    table's level columns."""
+    spec = spec_rows.astype(float)
+    steps, topk, draft = trees[:, 0], trees[:, 1], trees[:, 2]
     lt = np.log2(np.maximum(topk, 1.0))
     width = np.where(topk > 1, draft, steps + 1)
     X = np.stack(
@@ -278,12 +417,7 @@ def _tree_features(table: CandidateTable, concurrency: int) -> tuple[np.ndarray,
         ],
         axis=1,
     )
-    b = max(1, int(concurrency))
-    width_slope = 0.08 + 0.06 * math.log2(b)
-    levels = _levels(topk, table.spec & (topk > 1))
-    mean = np.concatenate([[0.0, 0.1, 0.1, 0.05, width_slope, 0.1, 0.03], np.zeros(levels.shape[1])])
-    sd = np.concatenate([[10.0, 0.3, 0.1, 0.1, 0.12, 0.12, 0.1], np.full(levels.shape[1], TOPK_STEP_SD)])
-    return np.concatenate([X, levels], axis=1), mean, sd
+    return np.concatenate([X, _indicators(topk, spec_rows & (topk > 1), topk_levels)], axis=1)
 
 
 def _holds(value: object, level: object) -> bool:
@@ -308,10 +442,11 @@ def _truthy(v: object) -> bool:
 
 def _setting_features(
     table: CandidateTable, all_levels: bool = False, car_always_off: bool = False
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One-hot indicators of every non-default level of every setting (every level with ``all_levels``), and of
         every pair of such levels of two settings (LL with Ring, ...); and each indicator's prior scale and mean (only
-    custom all-reduce turned off has a mean other than 0: ``CAR_OFF_COST``).
+    custom all-reduce turned off has a mean other than 0: ``CAR_OFF_COST``), and whether it acts on communication
+    only.
 
         An NCCL variable acts only on what NCCL carries: with SGLang's custom all-reduce on, the decode all-reduces
         bypass NCCL, so a protocol may change nothing there and decide the result once custom all-reduce is off. Each
@@ -350,4 +485,5 @@ def _setting_features(
         and (cols[a][2] is None or cols[b][2] is None or cols[a][2] == cols[b][2])
     ]
     pair = np.array([[main[j, a] * main[j, b] for a, b in pairs] for j in range(len(V))]).reshape(len(V), len(pairs))
-    return main, pair, scale, mean
+    comm = np.array([acts_on_communication(table.other_names[k]) for k, _, _ in cols], dtype=bool)
+    return main, pair, scale, mean, comm

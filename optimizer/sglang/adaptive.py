@@ -32,10 +32,12 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 FLAG = "speculative-adaptive"
 CONFIG_FLAG = "speculative-adaptive-config"
@@ -323,6 +325,28 @@ class Slot:
         return None
 
 
+def steady_shares(
+    slot: Slot,
+    pmf_of: Callable[[int], np.ndarray],
+    batch: int,
+    rng: np.random.Generator,
+    batches: int,
+    skip: int = 50,
+) -> dict[int, float]:
+    """The share of verify steps the slot runs at each step count at a constant batch: each request's accepted
+    drafts drawn from ``pmf_of(k)`` (probabilities of 0..k) at the running step count k (none at 0 steps), the
+    slot's rule applied after every verify, the first ``skip`` verify steps left out."""
+    counts: dict[int, int] = {}
+    for i in range(batches):
+        k = slot.current
+        drafts = rng.choice(k + 1, size=batch, p=pmf_of(k)) if k > 0 else np.zeros(batch)
+        if i >= skip:
+            counts[k] = counts.get(k, 0) + 1
+        slot.update(drafts)
+    n = sum(counts.values())
+    return {k: v / n for k, v in sorted(counts.items())}
+
+
 class Controller:
     """``AdaptiveSpeculativeParams`` + ``AdaptiveController``: slots by batch size and the step that runs.
 
@@ -382,5 +406,6 @@ __all__ = [
     "parse_config",
     "requested",
     "resolve",
+    "steady_shares",
     "unsupported_reason",
 ]

@@ -651,19 +651,16 @@ class Profile:
             pmfs[k] = pmf
             means[k] = float((pmf * np.arange(1, k + 2)).sum())
 
-        rng = np.random.default_rng(_key_hash(self.name, b, cfg.batch_sizes))
-        counts: dict[int, int] = {}
-        skip = 50
-        for i in range(batches):
-            k = slot.current
+        def pmf_of(k: int) -> np.ndarray:
             if k not in pmfs:
                 prepare(k)
-            drafts = rng.choice(k + 1, size=b, p=pmfs[k]) if k > 0 else np.zeros(b)
-            if i >= skip:
-                counts[k] = counts.get(k, 0) + 1
-            slot.update(drafts)
-        n = sum(counts.values())
-        frac = {k: v / n for k, v in sorted(counts.items())}
+            return pmfs[k]
+
+        rng = np.random.default_rng(_key_hash(self.name, b, cfg.batch_sizes))
+        frac = adaptive.steady_shares(slot, pmf_of, b, rng, batches)
+        for k in frac:
+            if k not in pmfs:
+                prepare(k)
         acc = sum(f * means[k] for k, f in frac.items())
         cyc = sum(f * cycles[k] for k, f in frac.items())
         mix = AdaptiveMix(frac, acc, cyc, b * acc / (cyc / 1000.0))
