@@ -108,12 +108,14 @@ def run_one(profile: str, levels: list[int], kind: str, seed: int, budget: int, 
             return {"seed": seed, "schedule": None}
         anchor = study.trials[summary["anchor_trial"]]
         a_flags, a_env = dict(anchor.user_attrs[R.FLAGS]), dict(anchor.user_attrs.get(R.ENV) or {})
-        tuned = adaptive_flags(a_flags, str(out / f"{STEM}.json"))
-        default = {k: v for k, v in tuned.items() if k != "speculative-adaptive-config"}
+        tuned = adaptive_flags(a_flags, str(out / f"{STEM}.json"), summary["config"])
+        # SGLang's default config as SGLang ships it: no step count (it starts at the middle of its candidates)
+        default = {k: v for k, v in tuned.items() if k not in ("speculative-adaptive-config", "speculative-num-steps")}
         # the same schedule with the neighbouring step counts as candidates: SGLang's acceptance rule chooses
         narrow_json = out / "narrow.json"
-        narrow_json.write_text(json.dumps(schedule(study, neighbours=1)["config"]))  # type: ignore[index]
-        narrow = adaptive_flags(a_flags, str(narrow_json))
+        narrow_config = schedule(study, neighbours=1)["config"]  # type: ignore[index]
+        narrow_json.write_text(json.dumps(narrow_config))
+        narrow = adaptive_flags(a_flags, str(narrow_json), narrow_config)
         best = max(
             (t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None),
             key=lambda t: float(t.value),  # type: ignore[arg-type]

@@ -154,11 +154,21 @@ def _anchor(study: optuna.Study, plan: Any, trials: list[FrozenTrial]) -> Frozen
     return chains[0]
 
 
-def adaptive_flags(anchor_flags: dict[str, Any], json_path: str) -> dict[str, Any]:
-    """The anchor's flags as an adaptive launch: no step or draft-token counts (each slot has its own), topk 1."""
+def adaptive_flags(
+    anchor_flags: dict[str, Any], json_path: str, config: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The anchor's flags as an adaptive launch: topk 1, no draft-token count (each slot has its own step count).
+
+    With the schedule's ``config``, the launch's step count is its deepest candidate, so every other runtime state
+    SGLang builds is shallower than the launch's: on an H200 with Triton attention, SGLang 0.5.17 failed to capture
+    a state deeper than the launch's and booted when launched at the deepest (docs/adaptive.md). A slot whose
+    candidates leave that count out starts at its own middle candidate, so with one candidate per slot nothing else
+    changes."""
     out = {
         k: v for k, v in anchor_flags.items() if k not in (sgl.STEPS, sgl.DRAFT, adaptive.FLAG, adaptive.CONFIG_FLAG)
     }
+    if config is not None:
+        out[sgl.STEPS] = max(adaptive.parse_config(config).candidate_steps)
     out[sgl.TOPK] = 1
     out[adaptive.FLAG] = True
     out[adaptive.CONFIG_FLAG] = json_path
@@ -173,12 +183,13 @@ def export_adaptive(study: optuna.Study, out_dir: Path, *, neighbours: int = 0) 
     out_dir.mkdir(parents=True, exist_ok=True)
     anchor: FrozenTrial = sched["anchor"]
     (out_dir / f"{STEM}.json").write_text(json.dumps(sched["config"], indent=2) + "\n")
-    flags = adaptive_flags(redact_mapping(dict(anchor.user_attrs.get(R.FLAGS) or {})), f"{STEM}.json")
+    flags = adaptive_flags(redact_mapping(dict(anchor.user_attrs.get(R.FLAGS) or {})), f"{STEM}.json", sched["config"])
     in_file, on_cli = config_file.split(flags)
     exported = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     lines = [
         f"# Tuned adaptive schedule of study {study.study_name!r}: one server that runs each level's measured best",
-        "# chain (SGLang's --speculative-adaptive; the step count per batch size is in best-adaptive.json).",
+        "# chain (SGLang's --speculative-adaptive; the step count per batch size is in best-adaptive.json). It starts at",
+        "# the deepest of them: SGLang 0.5.17 failed to capture a state deeper than the launch's (H200, Triton).",
         f"# Other settings from trial {anchor.number} ({anchor.user_attrs.get(R.CONFIG)}).",
     ]
     for r in sched["levels"]:

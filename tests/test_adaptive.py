@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from conftest import sim_command
 
 from optimizer.executors import ThreadExecutor
@@ -291,9 +292,10 @@ def test_simulator_switches_tiers_by_batch_size_and_by_acceptance(tmp_path):
     assert "AdaptiveSpeculativeParams initialized: steps=4, candidate_steps=[4]" in log
     assert re.search(r"Built adaptive runtime state steps=2: elapsed=\d+\.\d\ds, mem=\d+\.\d\dGB", log)
     assert "Switch adaptive runtime state: steps 4 -> 2, draft_tokens 5 -> 3" in log
-    # the EMA rule: from 1 step, accepting ~0.8 drafts per verify rises past 0.5 after 10 + 5 batches
+    # the EMA rule: from 1 step, accepting ~0.8 drafts per verify rises past 0.5 after 10 + 5 batches (FA3: under
+    # Triton, states deeper than the launch's fail their capture, the next test)
     srv = _Server("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "d", "--speculative-adaptive",
-                  "--speculative-num-steps", "1", "--enable-metrics")  # fmt: skip
+                  "--speculative-num-steps", "1", "--enable-metrics", "--attention-backend", "fa3")  # fmt: skip
     try:
         srv.chat(1, 1, max_tokens=48)
         assert srv.metric("sglang:spec_num_steps") == 3.0
@@ -301,6 +303,27 @@ def test_simulator_switches_tiers_by_batch_size_and_by_acceptance(tmp_path):
         log = srv.stop()
     assert re.search(r"Adaptive spec params updated: steps 1 -> 3 \(ema_accept_len=0\.\d\d\)", log)
     assert "Switch adaptive runtime state: steps 1 -> 3, draft_tokens 2 -> 4" in log
+
+
+def test_simulator_fails_a_state_deeper_than_the_launch_under_triton_as_the_h200_did(tmp_path):
+    """On an H200 with Triton attention (three launches, docs/validation/h200-adaptive-default-crash-2.log) SGLang's
+    default config, launched at 3 steps, built its 0- and 1-step states and died capturing the 7-step one; launched at
+    7 steps it booted. The simulator of that rig does the same, with the H200's lines."""
+    args = ["--sim-profile", "llama-8b-dims-2x-h200", "--speculative-algorithm", "EAGLE3",
+            "--speculative-draft-model-path", "d", "--speculative-adaptive", "--attention-backend", "triton"]  # fmt: skip
+    crashed = _sim(*args)
+    out = crashed.stdout + crashed.stderr
+    assert crashed.returncode != 0
+    assert re.search(r"Built adaptive runtime state steps=0: .*\n.*Built adaptive runtime state steps=1: ", out)
+    assert "Built adaptive runtime state steps=7" not in out
+    assert "Capture cuda graph failed: CUDA error: an illegal memory access was encountered" in out
+    srv = _Server(*args[2:], "--speculative-num-steps", "7")
+    try:
+        srv.chat(2, 1)
+    finally:
+        log = srv.stop()
+    assert "AdaptiveSpeculativeParams initialized: steps=7, candidate_steps=[1, 3, 7]" in log
+    assert all(f"Built adaptive runtime state steps={k}:" in log for k in (0, 1, 3))
 
 
 def test_simulator_runs_a_tree_static_when_adaptive_is_asked_with_topk_4():
@@ -387,6 +410,9 @@ def test_per_level_export_writes_a_schedule_that_boots_through_its_launch_script
     levels = {r["concurrency"]: r for r in ad["levels"]}
     for c, r in levels.items():  # each slot runs the fastest chain measured at its level
         assert config[str(c)]["candidate_steps"] == [r["steps"]] and r["steps"] in (2, 3, 5, 6, 1, 4, 0)
+    # the launch starts at the deepest step count, so no state SGLang builds is deeper than the launch's (Triton)
+    launch = yaml.safe_load((out / "best-adaptive.yaml").read_text())
+    assert launch["speculative-num-steps"] == max(r["steps"] for r in levels.values())
     # where the tree (5, 8, 11) measured fastest (at concurrency 1 on this profile, +19 % in the model, but timed
     # on a loaded machine), the schedule says so and what the chain costs; where a chain did, it says nothing of it
     for r in levels.values():

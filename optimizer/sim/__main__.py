@@ -175,6 +175,7 @@ def serve(argv: list[str]) -> int:
     log(f"{sglang_logs.MEMORY_POOL_END}. avail mem={avail:.2f} GB")
     log(f"{sglang_logs.CUDA_GRAPH_BEGIN}. This can take up to several minutes. avail mem={avail:.2f} GB")
     capture_total = 0.0
+    adaptive_fail = profile.adaptive_capture_failure(res) if ev.failure == "cuda_graph" else None
     labels = {
         "capture_prefill": ("target prefill", "backend=breakable, num_tokens=[4, 8, ..., 8192]"),
         "capture_decode": ("target decode", "backend=full, num_tokens_per_req=1"),
@@ -201,7 +202,7 @@ def serve(argv: list[str]) -> int:
                 ],
                 "Exception: " + ev.message,
             )
-        if ev.failure == "cuda_graph" and name != "capture_prefill":
+        if ev.failure == "cuda_graph" and name != "capture_prefill" and adaptive_fail is None:
             _sleep(sec * ts * 0.5)
             logs.scheduler_crash(
                 [
@@ -222,6 +223,17 @@ def serve(argv: list[str]) -> int:
         for name, sec in phases:
             if name.startswith("adaptive_state_"):
                 k = int(name.rsplit("_", 1)[1])
+                if k == adaptive_fail:  # as the H200 logged it (docs/validation/h200-adaptive-default-crash-2.log)
+                    _sleep(sec * ts * 0.5)
+                    logs.scheduler_crash(
+                        [
+                            '  File "/sglang/srt/speculative/eagle_worker_v2.py", line 1315, in build_adaptive_runtime_state',
+                            "    self._draft_worker._capture_cuda_graphs()",
+                            '  File "/sglang/srt/speculative/eagle_draft_extend_cuda_graph_runner.py", line 272, in __init__',
+                            "    raise Exception(",
+                        ],
+                        "Exception: " + ev.message,
+                    )
                 _sleep(sec * ts)
                 log(adaptive.BUILT_LINE.format(steps=k, elapsed=sec, mem=profile.adaptive_state_cost(res, k)[1]))
     log(

@@ -50,6 +50,8 @@ FAILURES = ("invalid", "oom", "cuda_graph", "nccl_invalid", "nccl_hang", "crash_
 BOOT_FAILURES = ("invalid", "oom", "cuda_graph", "nccl_invalid", "nccl_hang")
 
 OOM_MESSAGE = sglang_logs.NOT_ENOUGH_MEMORY
+#: SGLang 0.5.17 on an H200 with Triton attention, building an adaptive runtime state deeper than the launch's (issue 24)
+ADAPTIVE_CAPTURE_MESSAGE = f"{sglang_logs.CUDA_GRAPH_FAILED}: CUDA error: an illegal memory access was encountered"
 CUDA_GRAPH_MESSAGE = (
     f"{sglang_logs.CUDA_GRAPH_FAILED}: CUDA error: operation not permitted when stream is capturing\n"
     "Possible solutions:\n"
@@ -496,6 +498,18 @@ class Profile:
             sec += bt["capture_draft_decode"] * (1 + 0.1 * k)
         return sec * (0.8 + 0.2 * gs), 0.1 * (k + 1) * (0.6 + 0.4 * gs)
 
+    def adaptive_capture_failure(self, r: Mapping[str, Any]) -> int | None:
+        """The step count of the adaptive runtime state whose CUDA-graph capture fails, or None. Seen on an H200
+        (SGLang 0.5.17, Triton attention; issue 24, three launches on three machines): SGLang's default config
+        launched at 3 steps built its 0- and 1-step states, then the 7-step state's draft-extend capture died with
+        an illegal memory access; launched at 7 steps (every extra state shallower) it booted, and so did the static
+        7-step chain. So under Triton a state deeper than the launch's fails; other backends were not measured."""
+        cfg = r.get("adaptive")
+        if cfg is None or r.get("attn") != "triton" or not r.get("triple"):
+            return None
+        deeper = [k for k in cfg.candidate_steps if k > r["triple"][0]]
+        return deeper[0] if deeper else None
+
     def boot_seconds(self, flags: Mapping[str, Any]) -> float:
         return sum(s for _, s in self.boot_phases(flags))
 
@@ -542,6 +556,8 @@ class Profile:
             return "nccl_invalid", NCCL_INVALID_MESSAGE, None, warnings
         if hit("cuda_graph"):
             return "cuda_graph", CUDA_GRAPH_MESSAGE, None, warnings
+        if self.adaptive_capture_failure(r) is not None:
+            return "cuda_graph", ADAPTIVE_CAPTURE_MESSAGE, None, warnings
         crash = hit("crash_serving")
         limit_broken = triple is not None and algo in sgl.EAGLE_FAMILY and not sgl.runtime_limit_ok(*triple)
         if crash or limit_broken:
@@ -678,6 +694,9 @@ class Profile:
             "cuda_graph": "capture_prefill",
             "nccl_invalid": "capture_prefill",
         }[kind]
+        deeper = self.adaptive_capture_failure(self._resolve(flags)) if kind == "cuda_graph" else None
+        if deeper is not None:
+            stop = f"adaptive_state_{deeper}"
         total = 0.0
         for name, sec in self.boot_phases(flags):
             total += sec
