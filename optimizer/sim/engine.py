@@ -249,6 +249,9 @@ class Engine:
         self.verify_calls = 0  # request-level verify steps
         self.spec_tokens = 0  # tokens produced by verify steps (bonus included)
         self.last_gen_throughput = 0.0
+        #: batch size -> [model seconds, tokens] of the steps run at it: the profile's throughput on the simulator's
+        #: own clock, whatever the machine's load did to the wall-clock pacing (GET /sim/model_clock)
+        self.model_clock: dict[int, list[float]] = {}
         self._window_tokens = 0
         self._window_start = time.monotonic()
         self._window_steps = 0
@@ -442,6 +445,9 @@ class Engine:
             if ctl is not None:
                 ctl.after_verify(accepted, b)  # the slot's EMA; a new step count after warm-up and each interval
             self.gen_tokens += produced
+            clock = self.model_clock.setdefault(b, [0.0, 0.0])
+            clock[0] += dt
+            clock[1] += produced
             self._window_tokens += produced
             self._window_steps += 1
             mono = time.monotonic()

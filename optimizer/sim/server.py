@@ -604,6 +604,16 @@ def build_app(st: State) -> Starlette:
             }
         )
 
+    async def model_clock(request: HTTPRequest) -> Response:
+        """Simulator only (SGLang has no such route): per batch size, the model seconds and tokens of the steps run
+        at it, and their ratio, the profile's tok/s on the simulator's own clock."""
+        eng = st.engine
+        out = {
+            str(b): {"model_s": round(sec, 6), "tokens": int(tok), "tok_per_s": tok / sec if sec > 0 else None}
+            for b, (sec, tok) in sorted(eng.model_clock.items())
+        }
+        return JSONResponse(out)
+
     async def not_found(request: HTTPRequest, exc: Exception) -> Response:
         return JSONResponse({"detail": "Not Found"}, status_code=404)
 
@@ -625,6 +635,7 @@ def build_app(st: State) -> Starlette:
         Route(endpoints.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
         Route(endpoints.COMPLETIONS, completions, methods=["POST"]),
         Route(endpoints.GENERATE, generate, methods=["POST"]),
+        Route("/sim/model_clock", model_clock, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     return VaryOrigin(app)
