@@ -30,7 +30,7 @@ from .objective import parse_levels
 from .study import records as R
 from .verdict import Arm, launch_noise, ratio
 
-RESULT_ATTR = "adaptive:confirm"
+RESULT_ATTR = R.ADAPTIVE_CONFIRM
 #: trial numbers of these launches: above the confirmation's own range
 NUMBER_OFFSET = NUMBER_BASE + 500_000
 ARMS = ("tuned schedule", "SGLang default adaptive", "static best")
@@ -68,6 +68,7 @@ def confirm_schedule(
     if arms is None:
         say("adaptive confirmation: no exported schedule to confirm")
         return None
+    config = schedule(study)["config"]  # type: ignore[index]
     names = [h.name if hasattr(h, "name") else str(h) for h in hosts]
     todo = [(r, i) for r in range(rounds) for i in range(len(arms))]
     runs: list[dict[str, Any]] = []
@@ -108,7 +109,7 @@ def confirm_schedule(
             }
         )
         say(f"adaptive confirmation {len(runs)}/{len(todo)} (round {rnd + 1}/{rounds}): {ARMS[arm]} {ev.status}")
-    result = {"rounds": rounds, "runs": runs, "levels": _compare(runs, rounds)}
+    result = {"rounds": rounds, "config": config, "runs": runs, "levels": _compare(runs, rounds)}
     study.set_user_attr(RESULT_ATTR, result)
     for c, row in result["levels"].items():
         say(

@@ -214,12 +214,18 @@ def export_adaptive(study: optuna.Study, out_dir: Path, *, neighbours: int = 0) 
     script = out_dir / f"{STEM}.sh"
     script.write_text(_script(study, anchor.number, on_cli))
     script.chmod(0o755)
+    confirmation = study.user_attrs.get(R.ADAPTIVE_CONFIRM)
+    if not (isinstance(confirmation, dict) and confirmation.get("config") == sched["config"]):
+        confirmation = None  # none yet, or of another schedule (the study has moved on since)
     return {
         "files": [f"{STEM}.json", f"{STEM}.yaml", f"{STEM}.env", f"{STEM}.sh"],
         "config": sched["config"],
         "anchor_trial": anchor.number,
         "levels": sched["levels"],
-        "confirmed": False,
+        "confirmed": confirmation is not None,
+        "confirmation": None
+        if confirmation is None
+        else {"rounds": confirmation.get("rounds"), "levels": confirmation.get("levels")},
         "adaptive_trials_measured": sum(1 for t in study.get_trials(deepcopy=False) if _counts(t) and is_adaptive(t)),
     }
 

@@ -192,8 +192,13 @@ def terminal_lines(summary: dict[str, Any], study: optuna.Study) -> list[str]:
     sched = summary.get("adaptive")
     if isinstance(sched, dict) and sched.get("levels"):
         steps = ", ".join(f"c{r['concurrency']} {r['steps']} steps" for r in sched["levels"])
-        out.append(f"one server for every level (best-adaptive.sh, SGLang's adaptive mode, not confirmed): {steps}")
+        conf = sched.get("confirmation") if sched.get("confirmed") else None
+        how = f"confirmed over {conf.get('rounds')} rounds" if conf else "not confirmed"
+        out.append(f"one server for every level (best-adaptive.sh, SGLang's adaptive mode, {how}): {steps}")
         out += [f"  c{r['concurrency']}: {r['note']}" for r in sched["levels"] if r.get("note")]
+        for c, row in ((conf or {}).get("levels") or {}).items():
+            out.append(f"  c{c}: tuned schedule {_vs(row.get('tuned_vs_static'))} against the static best, "
+                       f"{_vs(row.get('tuned_vs_default'))} against SGLang's default adaptive config")  # fmt: skip
     for text in plan.limit_text():
         out.append(f"latency limit {text}")
     return out
@@ -212,3 +217,11 @@ def study_note_lines(study: optuna.Study) -> str:
     lines += ["```", ""]
     lines += [f"- latency limit {t}" for t in plan.limit_text()]
     return "\n".join(lines) + "\n"
+
+
+def _vs(cmp: dict | None) -> str:
+    """A confirmation's gain with its 95 % interval, or why there is none."""
+    if not cmp:
+        return "not measured"
+    ci = cmp.get("ci")
+    return f"{cmp['gain']:+.1%}" + (f" [{ci[0]:+.1%}, {ci[1]:+.1%}]" if ci else " (no interval yet)")

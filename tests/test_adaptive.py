@@ -550,3 +550,11 @@ def test_confirmation_relaunches_schedule_default_and_static_interleaved(tmp_pat
     assert c64["tuned_vs_default"]["gain"] > 0.15  # SGLang's default runs 0 steps at 64; a 3-step chain wins
     assert all(c64["arms"][a]["launches"] == 2 for a in ARMS)
     assert any("tuned vs default" in line for line in lines)
+    # the next export carries the confirmation into summary.json and the terminal summary
+    summary = export_study(study, cfg.study_dir)
+    assert summary["adaptive"]["confirmed"] and summary["adaptive"]["confirmation"]["rounds"] == 2
+    saved = json.loads((cfg.study_dir / "summary.json").read_text())["adaptive"]
+    assert saved["confirmation"]["levels"]["64"]["tuned_vs_default"]["gain"] > 0.15
+    term = terminal_lines(summary, study)
+    assert any("SGLang's adaptive mode, confirmed over 2 rounds" in line for line in term)
+    assert any(line.startswith("  c64: tuned schedule") and "against SGLang's default" in line for line in term)

@@ -79,6 +79,7 @@ LAUNCH_NOISE_ESTIMATE = "search:launch_noise_estimate"  # the structured sampler
 CONFIRM_PLAN = "confirm:plan"  # the configurations a confirmation relaunches (optimizer.confirm)
 CONFIRM_RUN_PREFIX = "confirm:run:"  # confirm:run:NNNN, one relaunch each
 CONFIRM_RESULT = "confirm:result"  # the verdict (optimizer.verdict)
+ADAPTIVE_CONFIRM = "adaptive:confirm"  # the adaptive schedule's confirmation (optimizer.adaptive_confirm)
 #: why the search stopped: {reason, text, launches, expected_gain, threshold} (optimizer.study.driver)
 SEARCH_STOP = "search:stop"
 #: the search's answer before any confirmation (optimizer.samplers.estimate): {trial, tok_per_s,
