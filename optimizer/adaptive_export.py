@@ -40,6 +40,7 @@ from . import __version__
 from .candidate import Candidate
 from .levels import _counts, best_by_kind, is_adaptive, study_plan, trial_levels
 from .redact import MASK, redact_mapping
+from .samplers.candidates import acts_on_communication
 from .sglang import adaptive, config_file
 from .sglang import flags as sgl
 from .study import records as R
@@ -80,11 +81,17 @@ def schedule(study: optuna.Study, *, neighbours: int = 0) -> dict[str, Any] | No
         rows.append({"concurrency": c, **best_by_kind(trials, plan, c, lambda t: (_kind(t), "any"))})
     if not any("chain" in r for r in rows):
         return None
+    anchor = _anchor(study, plan, trials)
+    if anchor is None:
+        return None
+    # the server runs the anchor's settings at every load: a chain measured with them is the evidence that counts
+    one_gpu = int((anchor.user_attrs.get(R.FLAGS) or {}).get("tp-size") or 1) <= 1
+    same = [t for t in trials if _is_chain(t) and _settings(t, one_gpu) == _settings(anchor, one_gpu)]
     out_rows = []
     config: dict[str, Any] = {}
     for r in rows:
         c = r["concurrency"]
-        chain, none, top = r.get("chain"), r.get("none"), r.get("any")
+        chain, none, top = _fastest_at(same, c) or r.get("chain"), r.get("none"), r.get("any")
         if chain is None:
             continue
         steps, tps, src = _tree(chain[1])[1][0], chain[0], chain[1]  # type: ignore[index]
@@ -130,12 +137,36 @@ def schedule(study: optuna.Study, *, neighbours: int = 0) -> dict[str, Any] | No
                     f"the fastest launch at this level ({top[1].user_attrs.get(R.CONFIG)}: {top[0]:.1f} tok/s) "
                     f"differs in other settings; the chosen step count measured {cost:.1%} less"
                 )
+        if _settings(src, one_gpu) != _settings(anchor, one_gpu):
+            row["note"] = (row["note"] + "; " if row["note"] else "") + (
+                f"no chain with the schedule's settings (trial {anchor.number}) was measured at this level: the step "
+                f"count comes from trial {src.number}, measured with other settings"
+            )
         out_rows.append(row)
-    anchor = _anchor(study, plan, trials)
-    if anchor is None or not config:
+    if not config:
         return None
     adaptive.parse_config(config)  # what SGLang will accept, checked here
     return {"config": config, "anchor": anchor, "levels": out_rows}
+
+
+def _settings(t: FrozenTrial, one_gpu: bool) -> tuple:
+    """Everything but the draft tree that can change the server: the other flags and the environment (on one GPU,
+    without the communication settings, which change nothing there)."""
+    tree = (sgl.ALGO, sgl.STEPS, sgl.TOPK, sgl.DRAFT)
+
+    def kept(name: str) -> bool:
+        return name not in tree and not (one_gpu and acts_on_communication(name))
+
+    flags = {k: str(v) for k, v in (t.user_attrs.get(R.FLAGS) or {}).items() if kept(k)}
+    env = {k: str(v) for k, v in (t.user_attrs.get(R.ENV) or {}).items() if kept(k)}
+    return tuple(sorted(flags.items())), tuple(sorted(env.items()))
+
+
+def _fastest_at(trials: list[FrozenTrial], c: int) -> tuple[float, FrozenTrial] | None:
+    """The trial measured fastest at concurrency c (complete at that level), with its tok/s."""
+    measured = [(float(m["tok_per_s"]), t) for t in trials if (m := trial_levels(t).get(c))
+                and m.get("complete") and m.get("tok_per_s") is not None]  # fmt: skip
+    return max(measured, key=lambda x: x[0]) if measured else None
 
 
 def _anchor(study: optuna.Study, plan: Any, trials: list[FrozenTrial]) -> FrozenTrial | None:
@@ -144,10 +175,9 @@ def _anchor(study: optuna.Study, plan: Any, trials: list[FrozenTrial]) -> Frozen
     if not chains:
         return None
     if plan.level is not None:
-        measured = [(float(m["tok_per_s"]), t) for t in chains if (m := trial_levels(t).get(plan.level))
-                    and m.get("complete") and m.get("tok_per_s") is not None]  # fmt: skip
-        if measured:
-            return max(measured, key=lambda x: x[0])[1]
+        fastest = _fastest_at(chains, plan.level)
+        if fastest:
+            return fastest[1]
     valued = [t for t in chains if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
     if valued:
         return max(valued, key=lambda t: float(t.value))  # type: ignore[arg-type]

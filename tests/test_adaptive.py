@@ -558,3 +558,45 @@ def test_confirmation_relaunches_schedule_default_and_static_interleaved(tmp_pat
     term = terminal_lines(summary, study)
     assert any("SGLang's adaptive mode, confirmed over 2 rounds" in line for line in term)
     assert any(line.startswith("  c64: tuned schedule") and "against SGLang's default" in line for line in term)
+
+
+def test_schedule_takes_each_levels_step_count_from_chains_run_with_its_own_settings():
+    """One server runs one NCCL environment at every load. On the Kimi profile LL/Ring wins at 1 and 8 streams and
+    loses at 64, where the fastest chain ran with other settings; the schedule's step count there comes from the
+    chains measured with the schedule's own settings (its anchor), which is what the server will run."""
+    import optuna
+
+    from benchmarks.adaptive import WORKLOAD, study_space
+    from optimizer.adaptive_export import schedule
+    from optimizer.levels import trial_levels
+    from optimizer.pruning import make_pruner
+    from optimizer.samplers import make_sampler
+    from optimizer.simexec import ModelExecutor
+    from optimizer.study import records as R
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    space = study_space("kimi-k2.5-8x-rtxpro6000", "levels.yaml")
+    cfg = parse_study(
+        {"study": "levels", "budget": {"trials": 30}, "workload": dict(WORKLOAD, concurrency=[1, 8, 64]),
+         "sampler": {"seed": 0}, "objective": "gain"},
+        "<test>",
+    )  # fmt: skip
+    study = optuna.create_study(direction="maximize", sampler=make_sampler(cfg, space), pruner=make_pruner("ratio"))
+    ex = ModelExecutor("kimi-k2.5-8x-rtxpro6000", ["h0"], cfg.workload, seed=1000)
+    Driver(cfg, space, [local_host("h0")], ex, progress=Progress(lambda s: None), study=study).run()
+    sched = schedule(study)
+    assert sched is not None
+    env = dict(sched["anchor"].user_attrs.get(R.ENV) or {})
+    trials = {t.number: t for t in study.trials}
+    others_faster = 0
+    for row in sched["levels"]:
+        src = trials[row["from_trial"]]
+        assert dict(src.user_attrs.get(R.ENV) or {}) == env, row  # measured with the anchor's environment
+        c = row["concurrency"]
+        fastest = max(
+            (t for t in study.trials if t.user_attrs.get(R.FLAGS) and (trial_levels(t).get(c) or {}).get("complete")
+             and t.user_attrs[R.FLAGS].get("speculative-num-steps")),
+            key=lambda t: trial_levels(t)[c]["tok_per_s"],
+        )  # fmt: skip
+        others_faster += dict(fastest.user_attrs.get(R.ENV) or {}) != env
+    assert others_faster >= 1  # the case the rule is for: a level whose fastest chain ran other settings
