@@ -18,6 +18,8 @@ import optuna
 
 from .boot import study_cycle_estimate
 from .settings import StudyConfig
+from .sglang import adaptive
+from .sglang import flags as sgl
 from .sglang.logs import SHUTDOWN_S
 from .space import SearchSpace
 from .study import records as R
@@ -58,6 +60,7 @@ class DryRun:
     confirm_max: int = 0  # confirmation relaunches at most (rounds x configurations)
     confirm_expected: int = 0
     confirm_text: str = ""
+    warnings: list[str] = field(default_factory=list)  # what is known to fail on real hardware
 
     def _time(self, launches: int, relaunches: int) -> float | None:
         if self.boot_s is None or self.bench_s is None:
@@ -106,6 +109,7 @@ class DryRun:
                     f"expected: {_duration(self.expected_wall_s)} ({self.expected_launches} launches until the search "
                     f"stops itself + about {self.confirm_expected} confirmation relaunches; docs/answer.md)"
                 )
+        out.extend(f"warning: {w}" for w in self.warnings)
         if self.first:
             out.append(f"first {len(self.first)} launches:")
             out.extend(f"  {i + 1:>2}. {c}" for i, c in enumerate(self.first))
@@ -130,15 +134,33 @@ def _shape(name: str, reason: str) -> str:
 
 def census(space: SearchSpace, gpu_sm: int) -> DryRun:
     d = DryRun()
+    deeper: Counter = Counter()  # the deepest candidate of each adaptive launch that would build a deeper state
     for cand in space.grid():
         d.candidates += 1
         bad = [c for c in space.checks(cand, gpu_sm=gpu_sm) if c.value > 0]
         if not bad:
             d.launchable += 1
+            deepest = _deeper_state_under_triton(cand.flags)
+            if deepest is not None:
+                deeper[deepest] += 1
             continue
         d.rejected[bad[0].name] += 1  # counted once, under the first rule it breaks (the order SGLang checks)
         d.reasons[(bad[0].name, _shape(bad[0].name, bad[0].reason))] += 1
+    if deeper:
+        steps = "/".join(str(k) for k in sorted(deeper))
+        d.warnings.append(adaptive.DEEPER_STATE_WARNING.format(n=sum(deeper.values()), steps=steps))
     return d
+
+
+def _deeper_state_under_triton(flags: Any) -> int | None:
+    """For an adaptive launch under Triton attention that builds a state deeper than its own: its deepest step
+    count (the launch that booted on the H200); else None."""
+    if str(flags.get("attention-backend")) != "triton":
+        return None
+    cfg = sgl.adaptive_config(flags)
+    if cfg is None or adaptive.deeper_state(cfg, sgl.resolved_triple(flags)[0]) is None:
+        return None
+    return max(cfg.candidate_steps)
 
 
 def measured_times(study: optuna.Study | None) -> tuple[float | None, float | None]:

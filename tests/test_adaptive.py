@@ -600,3 +600,25 @@ def test_schedule_takes_each_levels_step_count_from_chains_run_with_its_own_sett
         )  # fmt: skip
         others_faster += dict(fastest.user_attrs.get(R.ENV) or {}) != env
     assert others_faster >= 1  # the case the rule is for: a level whose fastest chain ran other settings
+
+
+def test_dry_run_warns_of_adaptive_launches_that_failed_on_the_h200(tmp_path):
+    """The GPU rig's space offers SGLang's default adaptive config under Triton at 3 steps: the dry run says that
+    such launches failed on an H200 and at which step count they booted; a space launching at the deepest does not
+    get the warning."""
+    space = ROOT / "tools" / "gpu_run" / "space_adaptive.yaml"
+    args = [sys.executable, "-m", "optimizer", "optimize", "--dry-run", "--study", "plan", "--studies-dir",
+            str(tmp_path / "studies"), "--trials", "8"]  # fmt: skip
+    r = subprocess.run([*args, "--space", str(space)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("warning: ")]
+    assert "1 launchable configuration(s) run SGLang's adaptive mode under Triton" in line
+    assert "--speculative-num-steps 7" in line and "nothing was started (dry run)" in r.stdout
+    data = yaml.safe_load(space.read_text())
+    data["parameters"]["speculative-num-steps"]["high"] = 7
+    data["constraints"] = ["not speculative_adaptive or (topk == 1 and steps == 7)"]
+    deepest = tmp_path / "deepest.yaml"
+    deepest.write_text(yaml.safe_dump(data))
+    r = subprocess.run([*args, "--space", str(deepest)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert not [x for x in r.stdout.splitlines() if x.startswith("warning: ")]

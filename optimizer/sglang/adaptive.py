@@ -256,6 +256,24 @@ def resolve(flags: Mapping[str, Any], config: AdaptiveConfig) -> tuple[int, int,
     return steps, 1, steps + 1
 
 
+def deeper_state(config: AdaptiveConfig, launch_steps: int) -> int | None:
+    """The first candidate step count deeper than the launch's (SGLang builds an extra runtime state for it), or
+    None when the launch is the deepest. Seen, not read in the source: on an H200 with Triton attention, SGLang
+    0.5.17 failed to capture such a state (`CUDA error: an illegal memory access was encountered` in the draft-extend
+    capture; three launches of the default config at 3 steps, three machines), and booted when launched at the
+    deepest step count (docs/adaptive.md). Other attention backends were not measured."""
+    deeper = [k for k in config.candidate_steps if k > launch_steps]
+    return deeper[0] if deeper else None
+
+
+DEEPER_STATE_WARNING = (
+    "{n} launchable configuration(s) run SGLang's adaptive mode under Triton attention with a candidate step count "
+    "deeper than the launch's: on an H200, SGLang 0.5.17 failed every such launch in CUDA-graph capture and booted "
+    "when launched at the deepest (--speculative-num-steps {steps}; docs/adaptive.md). Expect them to be recorded as "
+    "infeasible."
+)
+
+
 # ---------------------------------------------------------------------------------------------------------- runtime
 class Slot:
     """``AdaptiveStepSlot``: the EMA of accepted drafts per request and the step rule, as a pure state machine.
@@ -401,6 +419,7 @@ __all__ = [
     "Slot",
     "SlotConfig",
     "config_of",
+    "deeper_state",
     "effective",
     "load_config",
     "parse_config",

@@ -499,16 +499,12 @@ class Profile:
         return sec * (0.8 + 0.2 * gs), 0.1 * (k + 1) * (0.6 + 0.4 * gs)
 
     def adaptive_capture_failure(self, r: Mapping[str, Any]) -> int | None:
-        """The step count of the adaptive runtime state whose CUDA-graph capture fails, or None. Seen on an H200
-        (SGLang 0.5.17, Triton attention; issue 24, three launches on three machines): SGLang's default config
-        launched at 3 steps built its 0- and 1-step states, then the 7-step state's draft-extend capture died with
-        an illegal memory access; launched at 7 steps (every extra state shallower) it booted, and so did the static
-        7-step chain. So under Triton a state deeper than the launch's fails; other backends were not measured."""
+        """The step count of the adaptive runtime state whose CUDA-graph capture fails, or None: under Triton, a
+        state deeper than the launch's (``optimizer.sglang.adaptive.deeper_state``, as an H200 showed it)."""
         cfg = r.get("adaptive")
         if cfg is None or r.get("attn") != "triton" or not r.get("triple"):
             return None
-        deeper = [k for k in cfg.candidate_steps if k > r["triple"][0]]
-        return deeper[0] if deeper else None
+        return adaptive.deeper_state(cfg, r["triple"][0])
 
     def boot_seconds(self, flags: Mapping[str, Any]) -> float:
         return sum(s for _, s in self.boot_phases(flags))
