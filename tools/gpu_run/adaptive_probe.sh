@@ -16,11 +16,7 @@ T0=$(date +%s)
 say() { echo "[adaptive_probe +$(( $(date +%s) - T0 ))s] $*"; }
 source tools/gpu_run/_site.sh
 unpack_bundles
-if [ ! -f "$SITE/.compiled" ]; then
-  python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash "$SITE" >/dev/null 2>&1
-  touch "$SITE/.compiled"
-  say "site bytecode compiled"
-fi
+compile_site
 site_env
 write_models
 say "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader | head -1)"

@@ -26,15 +26,7 @@ say() { echo "[boot_ab +$(( $(date +%s) - T0 ))s] $*"; }
 
 source tools/gpu_run/_site.sh
 unpack_bundles
-if [ "$PYC" = 1 ] && [ ! -f "$SITE/.compiled" ] && [ -f .gpu/sglang-pyc.tar.xz ]; then
-  tar -xJf .gpu/sglang-pyc.tar.xz -C "$SITE" && touch "$SITE/.compiled" && say "bytecode unpacked from the bundle"
-fi
-if [ "$PYC" = 1 ] && [ ! -f "$SITE/.compiled" ]; then
-  # unchecked-hash: the interpreter never stats the sources to validate them (the bundle's mtimes are fixed)
-  python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash "$SITE" >/dev/null 2>&1
-  touch "$SITE/.compiled"
-  say "site bytecode compiled ($(find "$SITE" -name '*.pyc' | wc -l) files)"
-fi
+[ "$PYC" = 1 ] && compile_site
 site_env
 write_models
 say "GPU: $(nvidia-smi --query-gpu=name,memory.used --format=csv,noheader | head -1)"
