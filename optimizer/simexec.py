@@ -20,6 +20,8 @@ import numpy as np
 from .events import ChunkEvent, PhaseEvent, TrialResult
 from .loadgen.client import schedule as run_order
 from .loadgen.workload import Workload
+from .sglang import adaptive
+from .sglang import flags as sgl
 from .sglang.logs import FAST_SHUTDOWN_S
 from .sglang.logs import SHUTDOWN_S as STOP_S
 from .sim.model import BOOT_FAILURES, Profile, nccl_warn_lines
@@ -60,6 +62,7 @@ class ModelExecutor:
         self.hosts = list(hosts)
         self.workload = workload
         self.rng = np.random.default_rng(seed)
+        self.seed = seed
         self.boot_timeout_s = boot_timeout_s
         self.categories = categories or CATEGORY_MIX
         self.clock = 0.0
@@ -71,6 +74,7 @@ class ModelExecutor:
         self.stop_s: dict[int, float] = {}  # per trial: SGLang's stop, or the search boot's fast stop
         self.level_results: dict[int, list[tuple[float, int, dict[str, Any]]]] = {}  # trial -> (t, level, metrics)
         self.accept: dict[int, float | None] = {}
+        self.histogram: dict[int, list[int] | None] = {}  # trial -> the warm-up's accept histogram (chains)
         self.host_facts: dict[int, dict[str, Any]] = {}  # what the probes would read from the simulator's log
         self.ledger = Ledger()
         self.events = self  # the driver reads events.get(timeout=...)
@@ -198,6 +202,7 @@ class ModelExecutor:
         self.pending_chunks[n] = schedule
         self.level_results[n] = levels_done
         self.accept[n] = ev.accept_length if ev.triple else None
+        self.histogram[n] = self._histogram(n, flags, ev, w)
         self.host_facts[n] = {R.PCIE_ONLY: True} if self.profile.pcie_only_allreduce(flags) else {}
         if crashed:
             result.status, result.kind = "infeasible", "crash_serving"
@@ -206,6 +211,7 @@ class ModelExecutor:
             result.metrics = {
                 "tok_per_s": float(np.mean(all_values)) if all_values else 0.0,
                 "accept_length": ev.accept_length if ev.triple else None,
+                R.ACCEPT_HISTOGRAM: self.histogram[n],
                 "completed": len(all_values) * w.requests_per_chunk,
                 "failed": 0,
                 "chunks_run": len(all_values),
@@ -216,6 +222,22 @@ class ModelExecutor:
                 result.metrics["levels"] = {str(c): m for _, c, m in levels_done}
         self.ledger.bench_s += t - (t0 + boot)
         self._finish(host, result, t + stop_s)
+
+    def _histogram(self, n: int, flags: dict, ev: Any, w: Workload) -> list[int] | None:
+        """What SGLang's per-request histograms of the warm-up's native requests add up to (the client sends them
+        beside the warm-up): verify steps that accepted 0..steps drafts, drawn from the profile's chain
+        acceptance. None for trees, adaptive mode, without speculation or without a warm-up."""
+        if not ev.triple or w.warmup_requests <= 0 or adaptive.effective(flags, flags.get(sgl.ALGO)):
+            return None
+        algo = flags.get(sgl.ALGO)
+        survival = self.profile.accept_survival(str(algo) if algo else None, ev.triple, self.categories)
+        if not survival:
+            return None
+        s = np.array([1.0, *survival, 0.0])
+        exact = np.clip(s[:-1] - s[1:], 0.0, None)
+        steps = max(1, round(w.warmup_requests * w.max_tokens / max(ev.accept_length, 1.0)))
+        rng = np.random.default_rng([self.seed, n])  # its own stream: the chunks' noise stays as it was
+        return [int(v) for v in rng.multinomial(steps, exact / exact.sum())]
 
     def _level_metrics(self, ev: Any, values: list[float], lw: Workload, planned: int) -> dict[str, Any]:
         """One level's figures as the client reports them. Latencies are the model's: ITL is the cycle time
@@ -262,7 +284,11 @@ class ModelExecutor:
         self.ledger.launches = [x for x in self.ledger.launches if x[0] != trial]
         res = TrialResult(trial=trial, host=host, status="pruned", t_end=t_end, stop_s=self.stop_s.get(trial, STOP_S))
         # a pruned server still answered /get_server_info: its accept length so far is known
-        res.metrics = {"accept_length": self.accept.get(trial), R.HOST_FACTS: self.host_facts.get(trial, {})}
+        res.metrics = {
+            "accept_length": self.accept.get(trial),
+            R.ACCEPT_HISTOGRAM: self.histogram.get(trial),
+            R.HOST_FACTS: self.host_facts.get(trial, {}),
+        }
         done = [(c, m) for t, c, m in self.level_results.get(trial, []) if t <= self.clock]
         if self.workload.multi_level and done:
             res.metrics["levels"] = {str(c): m for c, m in done}

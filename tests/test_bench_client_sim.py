@@ -102,9 +102,15 @@ def test_benchmark_against_the_simulator(sim):
     if kind == "eagle3":
         assert res.tokens_per_chunk > 1.2  # several tokens per SSE chunk: one chunk per verify step
         assert res.accept_length is not None and res.accept_length > 1.2
+        # the warm-up's native requests: verify steps accepting 0..3 drafts of the 3-step chain, 2 x 64 tokens
+        h = res.accept_histogram
+        assert h is not None and len(h) == 4 and res.to_metrics()["accept_histogram"] == h
+        steps = sum(h)
+        assert 2 * 64 / 4 <= steps <= 2 * 64 and sum((n + 1) * c for n, c in enumerate(h)) >= 2 * 64 - 4
     else:
         assert res.tokens_per_chunk == pytest.approx(1.0, abs=0.05)
         assert res.accept_length is None
+        assert res.accept_histogram is None and "accept_histogram" not in res.to_metrics()
 
 
 def test_client_ceiling_script_runs_against_the_simulator():

@@ -119,6 +119,8 @@ class BenchResult:
     #: per load level, in the order they ran; a multi-level workload's metrics carry them as ``levels``
     levels: list[LevelResult] = field(default_factory=list)
     multi_level: bool = False
+    #: verify steps that accepted 0, 1, 2, ... drafts over the warm-up's native requests (``_Runner.histogram``)
+    accept_histogram: list[int] | None = None
 
     def to_metrics(self) -> dict[str, Any]:
         """Flat figures of the run. A multi-level run gives its figures per level under ``levels`` (pooling
@@ -136,6 +138,8 @@ class BenchResult:
             failed=self.failed,
             chunks_run=len(self.chunks),
         )
+        if self.accept_histogram:
+            m["accept_histogram"] = self.accept_histogram
         if self.multi_level:
             m["levels"] = {str(lr.level): lr.to_metrics() for lr in self.levels}
         return m
@@ -263,6 +267,43 @@ class _Runner:
                     continue
                 return v if v > 0 else None
         return None
+
+    async def histogram(self, prompts: list[Prompt]) -> list[int] | None:
+        """Verify steps that accepted 0, 1, 2, ... drafts, summed over SGLang's native ``/generate`` requests of
+        these prompts: each reply's ``meta_info`` carries its ``spec_correct_drafts_histogram`` (the OpenAI stream
+        carries none). For a chain, it gives the accept length of every shorter chain. None where no reply has one
+        (no speculation, another server): the benchmark does not depend on it."""
+
+        async def one(p: Prompt) -> list[int] | None:
+            body: dict[str, Any] = {
+                "text": p.as_text(),
+                "sampling_params": {
+                    "max_new_tokens": self.w.max_tokens,
+                    "temperature": self.w.temperature,
+                    "ignore_eos": self.w.ignore_eos,
+                },
+            }
+            if self.w.send_category:
+                body["category"] = p.category
+            try:
+                r = await asyncio.wait_for(
+                    self.client.post(self.base + endpoints.GENERATE, json=body), self.w.request_timeout_s
+                )
+                meta = r.json().get("meta_info") if r.status_code == 200 else None
+            except (TimeoutError, httpx.HTTPError, ValueError, AttributeError):
+                return None
+            h = meta.get("spec_correct_drafts_histogram") if isinstance(meta, dict) else None
+            ok = isinstance(h, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in h)
+            return h if ok else None
+
+        seen = [h for h in await asyncio.gather(*(one(p) for p in prompts)) if h]
+        if not seen:
+            return None
+        total = [0] * max(len(h) for h in seen)
+        for h in seen:
+            for i, v in enumerate(h):
+                total[i] += v
+        return total if sum(total) > 0 else None
 
     # ---- requests -----------------------------------------------------------------------------------------
     def body(self, p: Prompt) -> bytes:
@@ -505,6 +546,7 @@ async def _run(
     stopped = False
     warmup_failed = 0
     accept: float | None = None
+    histogram: list[int] | None = None
     # per level: [tokens, verify steps] attributed from the server's lifetime average (``_level_accept``)
     spent: dict[int, list[float]] = {level: [0.0, 0.0] for level in order}
     spent_ok: dict[int, bool] = {level: True for level in order}
@@ -517,9 +559,12 @@ async def _run(
                 runner.model = await runner.discover_model()
             tokens = 0.0
             if warmup and not runner.cancelled:
+                # beside the warm-up, the same prompts through the native endpoint: their accept histogram
+                probe = asyncio.create_task(runner.histogram(warmup))
                 recs, _ = await runner.run_batch(warmup)
                 warmup_failed = sum(not r.ok for r in recs)
                 tokens = float(sum(r.completion_tokens for r in recs if r.ok))
+                histogram = await _within(probe, None if runner.cancelled else w.request_timeout_s)
             server_avg = await runner.accept_length() if w.multi_level and not runner.cancelled else None
             for n, (level, index) in enumerate(steps):
                 if runner.cancelled:
@@ -561,9 +606,25 @@ async def _run(
             continue
         toks, verify = spent[level]
         levels.append((level, toks / verify if spent_ok[level] and verify > 0 else None, w.chunks))
-    return _summarise(
+    result = _summarise(
         chunks, accept, stopped, runner.cancelled, runner.model or "", warmup_failed, levels, w.multi_level
     )
+    result.accept_histogram = histogram
+    return result
+
+
+async def _within(task: asyncio.Task, timeout_s: float | None):
+    """The task's result, or None (the task cancelled) after timeout_s; at once with None."""
+    if timeout_s is not None:
+        await asyncio.wait({task}, timeout=timeout_s)
+    if not task.done():
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        return None
+    return task.result()
 
 
 def run_benchmark(

@@ -326,12 +326,14 @@ def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
             continue
         taken.add(loc)
         accept = _accept_length(ua)
+        hist = _histogram(ua)
         if t.state == TrialState.COMPLETE and outcome == R.COMPLETE and t.value:
-            obs.append(Observation(*loc, tok_per_s=float(t.value), accept_length=accept))
+            obs.append(Observation(*loc, tok_per_s=float(t.value), accept_length=accept, histogram=hist))
             served.append(loc)
             best = float(t.value) if best is None else max(best, float(t.value))
         elif t.state == TrialState.PRUNED and t.intermediate_values:
-            obs.append(Observation(*loc, float(np.mean(list(t.intermediate_values.values()))), accept, pruned=True))
+            mean = float(np.mean(list(t.intermediate_values.values())))
+            obs.append(Observation(*loc, mean, accept, pruned=True, histogram=hist))
             served.append(loc)
             rejected.append(loc)
         elif outcome == R.INFEASIBLE and ua.get(R.LAUNCHED) and ua.get(R.FAILURE_KIND) not in ("precheck", None):
@@ -358,6 +360,14 @@ def _accept_length(ua: dict[str, Any]) -> float | None:
         ]
         if seen:
             return float(np.mean(seen))
+    return None
+
+
+def _histogram(ua: dict[str, Any]) -> tuple[int, ...] | None:
+    """The warm-up's accept histogram (verify steps accepting 0, 1, 2, ... drafts), if the server gave one."""
+    h = ua.get(R.ACCEPT_HISTOGRAM)
+    if isinstance(h, (list, tuple)) and h and all(isinstance(v, int) and v >= 0 for v in h):
+        return tuple(h)
     return None
 
 

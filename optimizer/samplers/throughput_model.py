@@ -77,6 +77,9 @@ NCCL_UNDER_CAR = 0.35
 CAR_OFF_COST = 0.03
 #: on a PCIe-only box SGLang has disabled its custom all-reduce itself, so this flag changes nothing there
 PRUNED_NOISE_FACTOR = 2.0  # a pruned launch measured fewer chunks
+#: a shorter chain's accept length read off a deeper chain's histogram is this much less sure than a launch of it:
+#: the histogram's shape comes from the warm-up's few native requests, not from the benchmark's stream
+HISTOGRAM_NOISE_FACTOR = 1.5
 
 
 @dataclass
@@ -86,6 +89,8 @@ class Observation:
     tok_per_s: float | None
     accept_length: float | None
     pruned: bool = False
+    #: verify steps that accepted 0, 1, 2, ... drafts (SGLang's histogram), for a chain: every shorter chain's L
+    histogram: tuple[int, ...] | None = None
 
 
 class BayesLinear:
@@ -191,12 +196,45 @@ class ThroughputModel:
         Xa = self.acc_X[[o.i for o in acc]] if acc else np.zeros((0, self.acc_X.shape[1]))
         ya = np.array([math.log(max(o.accept_length - 1.0, 0.02)) for o in acc])
         na = np.array([ACCEPT_NOISE_SD * (PRUNED_NOISE_FACTOR if o.pruned else 1.0) for o in acc])
-        self.accept.fit(Xa, ya, na)
+        Xh, yh, nh = self._shorter_chains(plain)
+        self.accept.fit(np.concatenate([Xa, Xh]), np.concatenate([ya, yh]), np.concatenate([na, nh]))
         self.shares = {i: self._shares(i) for i in self.adaptive.rows}
         self._fit_steps(plain)
         if mixed:  # what the mixture (at the static launches' fit) leaves unexplained goes to the flag's effect
             self._fit_steps(plain, mixed)
         return self
+
+    def _shorter_chains(self, plain: list[Observation]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Accept-curve rows for every chain shorter than a launched chain with a histogram. A chain's first m
+        drafts are the same whatever its depth, so with s_i the share of verify steps accepting at least i drafts,
+        the m-step chain accepts 1 + sum_{i <= m} s_i. The histogram gives the shape; the launch's own accept
+        length (the benchmark's stream) gives the scale. Depths launched themselves keep their own launches."""
+        launched = {int(self.table.trees[o.i, 0]) for o in plain if self._chain(o.i)}
+        rows, ys, ns = [], [], []
+        for o in plain:
+            h = np.asarray(o.histogram or (), dtype=float)
+            if not self._chain(o.i) or len(h) < 3 or h.sum() <= 0 or self.adaptive.is_adaptive(o.i, o.j):
+                continue
+            survival = np.cumsum(h[::-1])[::-1][1:] / h.sum()  # s_1 .. s_k
+            S = np.cumsum(survival)
+            if S[-1] <= 0:
+                continue
+            scale = (o.accept_length - 1.0) / S[-1] if o.accept_length and o.accept_length > 1.0 else 1.0
+            for m in range(1, len(S)):
+                if m in launched:
+                    continue
+                rows.append((m, 1, m + 1))
+                ys.append(math.log(max(scale * S[m - 1], 0.02)))
+                ns.append(ACCEPT_NOISE_SD * HISTOGRAM_NOISE_FACTOR * (PRUNED_NOISE_FACTOR if o.pruned else 1.0))
+        if not rows:
+            return np.zeros((0, self.acc_X.shape[1])), np.zeros(0), np.zeros(0)
+        trees = np.array(rows, dtype=float)
+        X = _accept_rows(trees, np.ones(len(trees), dtype=bool), *_accept_levels(self.table))
+        return X, np.array(ys), np.array(ns)
+
+    def _chain(self, i: int) -> bool:
+        steps, topk, draft = self.table.trees[i]
+        return bool(self.spec[i]) and topk == 1 and steps >= 1 and draft == steps + 1
 
     def _fit_steps(self, plain: list[Observation], mixed: list[Observation] | None = None) -> None:
         mixed = mixed or []

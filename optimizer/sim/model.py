@@ -390,6 +390,31 @@ class Profile:
         inv = sum((cats[c] / total) / per[c] for c in per)
         return (1.0 / inv if inv > 0 else 1.0), per
 
+    def accept_survival(
+        self, algo: str | None, triple: tuple[int, int, int] | None, categories: Mapping[str, float] | None = None
+    ) -> list[float] | None:
+        """For a chain (topk 1): the share of verify steps that accept at least i drafts, i = 1..steps, over a
+        prompt mix (what SGLang's ``spec_correct_drafts_histogram`` counts). A chain's first m drafts are the same
+        whatever its depth, so position i's share is L(i) - L(i - 1) of this profile's accept curve (clipped to a
+        share that never rises with i). None for trees and without speculation."""
+        if algo is None or triple is None or triple[1] != 1:
+            return None
+        depth = min(triple[0], triple[2] - 1)
+        if depth < 1:
+            return None
+        cats = dict(categories or self.default_categories)
+        pooled = np.zeros(depth)
+        weight = 0.0
+        for c, share in cats.items():
+            if share <= 0:
+                continue
+            curve = [self.accept_length(algo, (m, 1, m + 1), c) if m else 1.0 for m in range(depth + 1)]
+            s = np.minimum.accumulate(np.clip(np.diff(curve), 0.0, 1.0))
+            w = share / max(curve[-1], 1.0)  # a category's verify steps per request: its tokens over its accept length
+            pooled += w * s
+            weight += w
+        return [float(v) for v in pooled / max(weight, 1e-12)]
+
     # ------------------------------------------------------------------ step time
     def step_times(
         self, b: int, flags_resolved: Mapping[str, Any], env: Mapping[str, str]

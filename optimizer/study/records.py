@@ -40,9 +40,12 @@ FATAL_SETTING = "fatal_setting"  # {name, value, line}: a setting this trial's l
 SKIPPED_FOR_FATAL = "skipped_for_fatal"  # the learned fatal setting (and its trial) a candidate held
 HOST_FAULT_PREFIX = "host_fault_"  # host_fault_<attempt>: "<host>: <reason>"
 CONSTRAINT_PREFIX = "constraint:"  # mirrors trial.set_constraint: optuna-dashboard 0.21 does not show constraints
-# Benchmark metrics are stored under their own names (optimizer.loadgen.client.BenchResult); these two are read back.
+# Benchmark metrics are stored under their own names (optimizer.loadgen.client.BenchResult); these are read back.
 TOK_PER_S = "tok_per_s"
 ACCEPT_LENGTH = "accept_length"
+#: verify steps that accepted 0, 1, 2, ... drafts, summed over the warm-up's native requests (SGLang's per-request
+#: ``spec_correct_drafts_histogram``): for a chain, the accept length of every shorter chain
+ACCEPT_HISTOGRAM = "accept_histogram"
 # What the server and its host said about themselves after the benchmark (optimizer.probes; read by the alarms).
 SERVER_CHANGES = "server_changes"  # [{flag, asked, running, source[, why, concurrency]}]
 SERVER_ATTENTION_BACKEND = "server_attention_backend"
