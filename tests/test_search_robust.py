@@ -110,8 +110,8 @@ def test_one_chain_launch_with_its_histogram_teaches_every_shorter_chain(tmp_pat
 
     obs = _collect(table, study.get_trials(), exclude=-1)[0]
     assert obs[0].histogram is None and obs[1].histogram == tuple(hist)
-    without = ThroughputModel(table, 1, 2).fit([dataclasses.replace(obs[1], histogram=None, accept_length=accept)])
-    learned = ThroughputModel(table, 1, 2).fit([dataclasses.replace(obs[1], accept_length=accept)])
+    without = ThroughputModel(table, 1, 2).fit([dataclasses.replace(obs[1], accept_length=accept)])
+    learned = ThroughputModel(table, 1, 2, histograms=True).fit([dataclasses.replace(obs[1], accept_length=accept)])
     for m in (1, 2, 3, 4):
         i = table._tree_index[("EAGLE3", m, 1, m + 1)]
         truth = 1.0 + survival[:m].sum()
@@ -283,7 +283,6 @@ def test_wide_trees_that_look_good_in_the_prior_and_never_pay_do_not_fool_the_se
         loc = tr["table"].locate_trial(best)
         reached.append(tr["values"][loc] / tr["optimum"])
         wide = [t for t in done if (t.params.get("speculative-eagle-topk") or 1) >= 4]
-        # a few launches learn that trees don't pay here. Since the chains' histograms settle every chain early,
-        # the trees hold the model's last doubts: 4-7 of these launches (mean 5.0 over seeds 0-5), 3-5 before.
-        assert len(wide) <= 6, [(t.number, t.user_attrs.get(R.CONFIG), t.user_attrs.get(C.CHOOSER)) for t in done]
+        # a few launches learn that trees don't pay here
+        assert len(wide) <= 5, [(t.number, t.user_attrs.get(R.CONFIG), t.user_attrs.get(C.CHOOSER)) for t in done]
     assert min(reached) >= 0.98, reached

@@ -149,8 +149,12 @@ class ThroughputModel:
         tp_size: int,
         adaptive_settings: bool = False,
         car_always_off: bool = False,
+        histograms: bool = False,
     ) -> None:
         self.table = table
+        #: learn shorter chains from chain launches' accept histograms (``_shorter_chains``). Off in the search: on
+        #: the held-out out-of-family landscapes it cost runs (docs/out-of-family.md, accept histograms)
+        self.histograms = histograms
         self.concurrency = max(1, int(concurrency))
         self.spec = table.spec.astype(float)
         self.acc_X, acc_mean, acc_sd = _accept_features(table)
@@ -196,7 +200,7 @@ class ThroughputModel:
         Xa = self.acc_X[[o.i for o in acc]] if acc else np.zeros((0, self.acc_X.shape[1]))
         ya = np.array([math.log(max(o.accept_length - 1.0, 0.02)) for o in acc])
         na = np.array([ACCEPT_NOISE_SD * (PRUNED_NOISE_FACTOR if o.pruned else 1.0) for o in acc])
-        Xh, yh, nh = self._shorter_chains(plain)
+        Xh, yh, nh = self._shorter_chains(plain if self.histograms else [])
         self.accept.fit(np.concatenate([Xa, Xh]), np.concatenate([ya, yh]), np.concatenate([na, nh]))
         self.shares = {i: self._shares(i) for i in self.adaptive.rows}
         self._fit_steps(plain)
@@ -208,9 +212,11 @@ class ThroughputModel:
         """Accept-curve rows for every chain shorter than a launched chain with a histogram. A chain's first m
         drafts are the same whatever its depth, so with s_i the share of verify steps accepting at least i drafts,
         the m-step chain accepts 1 + sum_{i <= m} s_i. The histogram gives the shape; the launch's own accept
-        length (the benchmark's stream) gives the scale. Depths launched themselves keep their own launches."""
+        length (the benchmark's stream) gives the scale. Depths launched themselves keep their own launches, and
+        each other depth gets one point, the mean over the launches that tell it: they all read the same warm-up
+        prompts, so ten launches of one chain are not ten independent looks at the shorter ones."""
         launched = {int(self.table.trees[o.i, 0]) for o in plain if self._chain(o.i)}
-        rows, ys, ns = [], [], []
+        seen: dict[int, list[float]] = {}
         for o in plain:
             h = np.asarray(o.histogram or (), dtype=float)
             if not self._chain(o.i) or len(h) < 3 or h.sum() <= 0 or self.adaptive.is_adaptive(o.i, o.j):
@@ -221,16 +227,15 @@ class ThroughputModel:
                 continue
             scale = (o.accept_length - 1.0) / S[-1] if o.accept_length and o.accept_length > 1.0 else 1.0
             for m in range(1, len(S)):
-                if m in launched:
-                    continue
-                rows.append((m, 1, m + 1))
-                ys.append(math.log(max(scale * S[m - 1], 0.02)))
-                ns.append(ACCEPT_NOISE_SD * HISTOGRAM_NOISE_FACTOR * (PRUNED_NOISE_FACTOR if o.pruned else 1.0))
-        if not rows:
+                if m not in launched:
+                    seen.setdefault(m, []).append(math.log(max(scale * S[m - 1], 0.02)))
+        if not seen:
             return np.zeros((0, self.acc_X.shape[1])), np.zeros(0), np.zeros(0)
-        trees = np.array(rows, dtype=float)
+        depths = sorted(seen)
+        trees = np.array([(m, 1, m + 1) for m in depths], dtype=float)
         X = _accept_rows(trees, np.ones(len(trees), dtype=bool), *_accept_levels(self.table))
-        return X, np.array(ys), np.array(ns)
+        y = np.array([float(np.mean(seen[m])) for m in depths])
+        return X, y, np.full(len(depths), ACCEPT_NOISE_SD * HISTOGRAM_NOISE_FACTOR)
 
     def _chain(self, i: int) -> bool:
         steps, topk, draft = self.table.trees[i]
