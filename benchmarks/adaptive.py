@@ -35,7 +35,7 @@ import optuna
 import yaml
 
 from benchmarks.strategies import ROOT, space_for, truth
-from optimizer.adaptive_export import STEM, adaptive_flags, export_adaptive, schedule
+from optimizer.adaptive_export import STEM, adaptive_flags, default_adaptive_flags, export_adaptive, schedule
 from optimizer.hosts.config import local_host
 from optimizer.levels import level_answers, study_plan
 from optimizer.pruning import study_pruner
@@ -109,8 +109,7 @@ def run_one(profile: str, levels: list[int], kind: str, seed: int, budget: int, 
         anchor = study.trials[summary["anchor_trial"]]
         a_flags, a_env = dict(anchor.user_attrs[R.FLAGS]), dict(anchor.user_attrs.get(R.ENV) or {})
         tuned = adaptive_flags(a_flags, str(out / f"{STEM}.json"), summary["config"])
-        # SGLang's default config as SGLang ships it: no step count (it starts at the middle of its candidates)
-        default = {k: v for k, v in tuned.items() if k not in ("speculative-adaptive-config", "speculative-num-steps")}
+        default = default_adaptive_flags(tuned)
         # the same schedule with the neighbouring step counts as candidates: SGLang's acceptance rule chooses
         narrow_json = out / "narrow.json"
         narrow_config = schedule(study, neighbours=1)["config"]  # type: ignore[index]

@@ -22,7 +22,7 @@ from typing import Any
 
 import optuna
 
-from .adaptive_export import STEM, adaptive_flags, schedule
+from .adaptive_export import STEM, adaptive_flags, default_adaptive_flags, schedule
 from .candidate import Candidate
 from .confirm import NUMBER_BASE, relaunch_spec
 from .events import TrialResult
@@ -46,8 +46,7 @@ def arm_candidates(study: optuna.Study, out_dir: Path) -> list[tuple[str, Candid
     flags = dict(anchor.user_attrs.get(R.FLAGS) or {})
     env = dict(anchor.user_attrs.get(R.ENV) or {})
     tuned = adaptive_flags(flags, str(json_path), sched["config"])
-    # SGLang's default config as SGLang ships it: no step count (it starts at the middle of its candidates)
-    default = {k: v for k, v in tuned.items() if k not in ("speculative-adaptive-config", "speculative-num-steps")}
+    default = default_adaptive_flags(tuned)
     done = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
     best = max((t for t in done if t.value is not None), key=lambda t: float(t.value), default=None)  # type: ignore[arg-type]
     if best is None:

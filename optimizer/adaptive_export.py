@@ -205,6 +205,12 @@ def adaptive_flags(
     return out
 
 
+def default_adaptive_flags(tuned: dict[str, Any]) -> dict[str, Any]:
+    """A tuned adaptive launch's flags as SGLang's default adaptive config: no config file and no step count (SGLang
+    starts at the middle of its candidates), the rest as tuned."""
+    return {k: v for k, v in tuned.items() if k not in (adaptive.CONFIG_FLAG, sgl.STEPS)}
+
+
 def export_adaptive(study: optuna.Study, out_dir: Path, *, neighbours: int = 0) -> dict[str, Any] | None:
     """Write ``best-adaptive.json``/``.yaml``/``.env``/``.sh`` for a per-level study; the summary, or None."""
     sched = schedule(study, neighbours=neighbours)

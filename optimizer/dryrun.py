@@ -155,10 +155,8 @@ def census(space: SearchSpace, gpu_sm: int) -> DryRun:
 def _deeper_state_under_triton(flags: Any) -> int | None:
     """For an adaptive launch under Triton attention that builds a state deeper than its own: its deepest step
     count (the launch that booted on the H200); else None."""
-    if str(flags.get("attention-backend")) != "triton":
-        return None
     cfg = sgl.adaptive_config(flags)
-    if cfg is None or adaptive.deeper_state(cfg, sgl.resolved_triple(flags)[0]) is None:
+    if cfg is None or adaptive.deeper_state(cfg, sgl.resolved_triple(flags)[0], flags.get("attention-backend")) is None:
         return None
     return max(cfg.candidate_steps)
 

@@ -227,9 +227,9 @@ class ModelExecutor:
         """What SGLang's per-request histograms of the warm-up's native requests add up to (the client sends them
         beside the warm-up): verify steps that accepted 0..steps drafts, drawn from the profile's chain
         acceptance. None for trees, adaptive mode, without speculation or without a warm-up."""
-        if not ev.triple or w.warmup_requests <= 0 or adaptive.effective(flags, flags.get(sgl.ALGO)):
-            return None
         algo = flags.get(sgl.ALGO)
+        if not ev.triple or w.warmup_requests <= 0 or adaptive.effective(flags, algo):
+            return None
         survival = self.profile.accept_survival(str(algo) if algo else None, ev.triple, self.categories)
         if not survival:
             return None

@@ -200,8 +200,10 @@ class ThroughputModel:
         Xa = self.acc_X[[o.i for o in acc]] if acc else np.zeros((0, self.acc_X.shape[1]))
         ya = np.array([math.log(max(o.accept_length - 1.0, 0.02)) for o in acc])
         na = np.array([ACCEPT_NOISE_SD * (PRUNED_NOISE_FACTOR if o.pruned else 1.0) for o in acc])
-        Xh, yh, nh = self._shorter_chains(plain if self.histograms else [])
-        self.accept.fit(np.concatenate([Xa, Xh]), np.concatenate([ya, yh]), np.concatenate([na, nh]))
+        if self.histograms:
+            Xh, yh, nh = self._shorter_chains(plain)
+            Xa, ya, na = np.concatenate([Xa, Xh]), np.concatenate([ya, yh]), np.concatenate([na, nh])
+        self.accept.fit(Xa, ya, na)
         self.shares = {i: self._shares(i) for i in self.adaptive.rows}
         self._fit_steps(plain)
         if mixed:  # what the mixture (at the static launches' fit) leaves unexplained goes to the flag's effect

@@ -256,12 +256,15 @@ def resolve(flags: Mapping[str, Any], config: AdaptiveConfig) -> tuple[int, int,
     return steps, 1, steps + 1
 
 
-def deeper_state(config: AdaptiveConfig, launch_steps: int) -> int | None:
-    """The first candidate step count deeper than the launch's (SGLang builds an extra runtime state for it), or
-    None when the launch is the deepest. Seen, not read in the source: on an H200 with Triton attention, SGLang
-    0.5.17 failed to capture such a state (`CUDA error: an illegal memory access was encountered` in the draft-extend
-    capture; three launches of the default config at 3 steps, three machines), and booted when launched at the
-    deepest step count (docs/adaptive.md). Other attention backends were not measured."""
+def deeper_state(config: AdaptiveConfig, launch_steps: int, attention_backend: Any) -> int | None:
+    """Under Triton attention, the first candidate step count deeper than the launch's (SGLang builds an extra
+    runtime state for it); None when the launch is the deepest or the backend is another. Seen, not read in the
+    source: on an H200 with Triton attention, SGLang 0.5.17 failed to capture such a state (`CUDA error: an illegal
+    memory access was encountered` in the draft-extend capture; three launches of the default config at 3 steps,
+    three machines), and booted when launched at the deepest step count (docs/adaptive.md). Other attention
+    backends were not measured."""
+    if str(attention_backend) != "triton":
+        return None
     deeper = [k for k in config.candidate_steps if k > launch_steps]
     return deeper[0] if deeper else None
 

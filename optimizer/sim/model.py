@@ -527,9 +527,9 @@ class Profile:
         """The step count of the adaptive runtime state whose CUDA-graph capture fails, or None: under Triton, a
         state deeper than the launch's (``optimizer.sglang.adaptive.deeper_state``, as an H200 showed it)."""
         cfg = r.get("adaptive")
-        if cfg is None or r.get("attn") != "triton" or not r.get("triple"):
+        if cfg is None or not r.get("triple"):
             return None
-        return adaptive.deeper_state(cfg, r["triple"][0])
+        return adaptive.deeper_state(cfg, r["triple"][0], r.get("attn"))
 
     def boot_seconds(self, flags: Mapping[str, Any]) -> float:
         return sum(s for _, s in self.boot_phases(flags))

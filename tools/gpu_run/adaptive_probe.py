@@ -131,12 +131,11 @@ def main() -> int:
 def _counted(lines: list[str]) -> list[str]:
     """Each distinct line once, with how often it came, in order of first appearance."""
     counts: dict[str, int] = {}
+    firsts: dict[str, str] = {}
     for x in lines:
         key = re.sub(r"\d+\.\d+", "#", x)
         counts[key] = counts.get(key, 0) + 1
-    firsts: dict[str, str] = {}
-    for x in lines:
-        firsts.setdefault(re.sub(r"\d+\.\d+", "#", x), x)
+        firsts.setdefault(key, x)
     return [f"{counts[k]} x {v}" for k, v in firsts.items()]
 
 
