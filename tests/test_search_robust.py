@@ -191,6 +191,39 @@ def test_a_miscalibrated_model_hands_launches_to_the_explorer(tmp_path):
     assert C.EXPLORER in choosers and C.MODEL in choosers, choosers
 
 
+
+def test_the_explorers_turns_are_launches_that_teach_something_new(tmp_path):
+    """TPE proposes each parameter on its own, so it proposes draft tokens the tree cannot hold (refused before
+    launch) and configurations already measured (duplicates). Each such turn went back to the model, and on a
+    space with a draft-token constraint the explorer hardly ever launched. Its turns are now the configuration
+    nearest its proposal that is valid and not launched yet."""
+    space = parse_space(TREES, "trees.yaml")
+    table = build_table(space)
+    sampler = StructuredSampler(space, concurrency=1, seed=5)
+    study = _journal(tmp_path, sampler)
+    base = {**CHAIN, "speculative-num-steps": 2, "NCCL_PROTO": "unset"}
+    _record(study, space, base, 100.0)
+    broken = {C.CHOOSER: C.MODEL, C.P_IMPROVE: 0.6, C.EXPECTED_GAIN: 0.1, C.PREDICTED: 112.0, C.PRED_LOG_SD: 0.02}
+    for k, steps in enumerate((3, 4, 5, 6)):
+        _record(study, space, {**base, "speculative-num-steps": steps}, 90.0 - k, attrs=broken)
+    seen = {table.locate_trial(t) for t in study.get_trials()}
+    explored = []
+    for _ in range(16):
+        trial = study.ask()
+        cand = space.suggest(trial)
+        trial.set_user_attr(R.FLAGS, dict(cand.flags))
+        loc = table.locate(dict(cand.flags), dict(trial.params))
+        if study.get_trials(deepcopy=False)[trial.number].user_attrs.get(C.CHOOSER) == C.EXPLORER:
+            explored.append((loc, dict(trial.params)))
+            assert loc is not None and table.valid[loc], trial.params  # the space's constraint holds
+            assert loc not in seen, trial.params  # never a configuration already launched
+        seen.add(loc)
+        trial.set_user_attr(R.LAUNCHED, True)
+        trial.set_user_attr(R.OUTCOME, R.COMPLETE)
+        study.tell(trial, 80.0)
+    assert len(explored) >= 4, explored
+    assert {p["speculative-eagle-topk"] for _, p in explored} - {1}, explored  # trees too, not only chains
+
 def test_on_one_gpu_the_explorer_leaves_communication_settings_at_their_default(tmp_path):
     """One GPU has no all-reduce: another NCCL protocol or custom all-reduce level is the same server, so the
     explorer, like the model, launches only their defaults; a setting that does change the server stays open."""

@@ -20,7 +20,8 @@ trees that never pay, settings that matter only together. Three checks hold the 
 
 What follows: the model's spread is widened by the z-scores' RMS; a share of the launches, growing with
 ``surprise + misses`` (``explore_share``), goes to a model-free explorer (Optuna's independent TPE, which learns
-only from the measured values); and the sampler does not call itself confident (the stop rule) while the model
+only from the measured values; ``StructuredSampler.explore`` launches the valid, untried configuration nearest its
+proposal); and the sampler does not call itself confident (the stop rule) while the model
 has been wrong.
 """
 

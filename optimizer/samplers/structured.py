@@ -31,7 +31,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 from scipy.special import ndtr
 
-from ..space import CategoricalParam, IntParam, SearchSpace
+from ..sglang import flags as rules
+from ..space import UNSET, CategoricalParam, IntParam, SearchSpace
 from ..study import records as R
 from . import calibration as C
 from .candidates import CandidateTable, build_table
@@ -86,8 +87,6 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
         # the model-free explorer (calibration module): learns only from measured values, never from our priors
         self._explorer = optuna.samplers.TPESampler(seed=seed, n_startup_trials=EXPLORER_STARTUP, constant_liar=True)
-        self._exploring: int | None = None  # the trial the explorer is choosing for
-        self._explorer_fixed: dict[str, Any] = {}  # CandidateTable.idle_settings: left at their default
         self.calibration = C.Calibration()
         self._distributions = _distributions(space)
         self._tp = tp_size(space)
@@ -127,12 +126,12 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         self.calibration = C.assess(trials)
         share = self.calibration.explore_share
         if share > 0 and not C.explorer_wasted(trials, trial.number) and self._rng.random() < share:
-            # the model has been wrong: this launch is the explorer's (sample_independent, parameter by parameter)
-            self._exploring = trial.number
-            self._explorer_fixed = table.idle_settings(self._tp, any(_pcie_only(t) for t in trials))
-            storage.set_trial_user_attr(trial._trial_id, C.CHOOSER, C.EXPLORER)
-            storage.set_trial_user_attr(trial._trial_id, C.EXPLORE_SHARE, round(share, 3))
-            return {}
+            # the model has been wrong: this launch is the explorer's
+            explored = self.explore(study, trial, table, trials, search_space)
+            if explored is not None:
+                storage.set_trial_user_attr(trial._trial_id, C.CHOOSER, C.EXPLORER)
+                storage.set_trial_user_attr(trial._trial_id, C.EXPLORE_SHARE, round(share, 3))
+                return explored
         pick = self.choose(table, trials, exclude=trial.number, storage=storage, study_id=study._study_id)
         if pick is None:
             return {}
@@ -145,37 +144,44 @@ class StructuredSampler(optuna.samplers.BaseSampler):
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
     ) -> Any:
-        if self._exploring != trial.number:
-            return self._fallback.sample_independent(study, trial, param_name, param_distribution)
-        idle = self._explorer_fixed
-        if param_name in idle and _offers(param_distribution, idle[param_name]):
-            return idle[param_name]  # its other levels are the same server: nothing for the explorer to learn
-        return self._explorer.sample_independent(study, trial, param_name, param_distribution)
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
-    # ------------------------------------------------------------------ the choice
-    def choose(
+    # ------------------------------------------------------------------ the explorer
+    def explore(
         self,
+        study: optuna.Study,
+        trial: FrozenTrial,
         table: CandidateTable,
         trials: list[FrozenTrial],
-        exclude: int = -1,
-        storage: optuna.storages.BaseStorage | None = None,
-        study_id: int | None = None,
-    ) -> tuple[tuple[int, int], dict[str, float | bool]] | None:
-        obs, failures, served, taken, pending, best, fatal, rejected = _collect(table, trials, exclude)
-        served = [loc for loc in served if table.spec[loc[0]]] or served
-        model, self.adaptive, pcie_only = fit_model(
-            table, trials, obs, concurrency=self._concurrency, tp=self._tp, adaptive_settings=self._adaptive_settings
-        )
-        if pending:  # believer: count running launches at the model's prediction, then refit
-            fantasies = [
-                Observation(i, j, math.exp(model.mean_log_tps(i, j)), model.accept_length(i)) for i, j in pending
-            ]
-            model.fit(obs + fantasies)
-        taken = taken | set(pending)
-        p_ok = feasible_probability(table, failures, served)
+        search_space: dict[str, BaseDistribution],
+    ) -> dict[str, Any] | None:
+        """The explorer's launch: Optuna's TPE proposes every parameter on its own (it learns only from the
+        measured values, never from the model), and the launch is the configuration nearest that proposal which
+        can still teach something: valid under SGLang's rules and the space's constraints (TPE, parameter by
+        parameter, would often propose more draft tokens than the tree holds), not launched or running already,
+        not an idle setting's other level, not in a region the data rejected. Without that, a proposal refused
+        before launch or repeating a launch hands the turn back to the model, and the explorer never launches."""
+        proposal = {
+            name: self._explorer.sample_independent(study, trial, name, dist)
+            for name, dist in self._distributions.items()
+        }
+        allowed = self._launchable(table, trials, trial.number)
+        if not allowed.any():
+            return None
+        d = _distance_to(table, proposal)
+        d = np.where(allowed, d, np.inf)
+        flat = np.flatnonzero(d <= d.min() + 1e-9)
+        i, j = np.unravel_index(int(self._rng.choice(flat)), d.shape)
+        params = table.params(int(i), int(j))
+        return {k: v for k, v in params.items() if k in search_space}
+
+    def _launchable(self, table: CandidateTable, trials: list[FrozenTrial], exclude: int) -> np.ndarray:
+        """(n_tree, n_other) True where a speculative configuration may be launched next (``choose``'s rules)."""
+        obs, _, _, taken, pending, _, fatal, rejected = _collect(table, trials, exclude)
+        pcie_only = any(_pcie_only(t) for t in trials)
         allowed = table.valid.copy()
         allowed[~table.spec] = False  # the driver measures the baseline itself
-        for i, j in taken:
+        for i, j in taken | set(pending):
             allowed[i, j] = False
         for name, value in table.idle_settings(self._tp, pcie_only).items():  # other levels: the same server
             k = table.other_names.index(name)
@@ -186,7 +192,29 @@ class StructuredSampler(optuna.samplers.BaseSampler):
                 allowed[:, [str(v[k]) == value for v in table.other_values]] = False
         # near-identical launches that were pruned or failed: the data has answered there (calibration module)
         completed = [(o.i, o.j) for o in obs if not o.pruned]
-        allowed &= ~C.rejected_mask(table, rejected, completed)
+        return allowed & ~C.rejected_mask(table, rejected, completed)
+
+    # ------------------------------------------------------------------ the choice
+    def choose(
+        self,
+        table: CandidateTable,
+        trials: list[FrozenTrial],
+        exclude: int = -1,
+        storage: optuna.storages.BaseStorage | None = None,
+        study_id: int | None = None,
+    ) -> tuple[tuple[int, int], dict[str, float | bool]] | None:
+        obs, failures, served, _, pending, best, _, _ = _collect(table, trials, exclude)
+        served = [loc for loc in served if table.spec[loc[0]]] or served
+        model, self.adaptive, _ = fit_model(
+            table, trials, obs, concurrency=self._concurrency, tp=self._tp, adaptive_settings=self._adaptive_settings
+        )
+        if pending:  # believer: count running launches at the model's prediction, then refit
+            fantasies = [
+                Observation(i, j, math.exp(model.mean_log_tps(i, j)), model.accept_length(i)) for i, j in pending
+            ]
+            model.fit(obs + fantasies)
+        p_ok = feasible_probability(table, failures, served)
+        allowed = self._launchable(table, trials, exclude)
         if not allowed.any():
             return None
         noisy = model.noise_scale >= NOISY_SCALE
@@ -291,12 +319,29 @@ def _proximity(table: CandidateTable, seen: list[tuple[int, int]], locality: flo
     return np.exp(-locality * d)
 
 
-def _offers(dist: BaseDistribution, value: Any) -> bool:
-    if isinstance(dist, CategoricalDistribution):
-        return value in dist.choices
-    if isinstance(dist, (IntDistribution, FloatDistribution)):
-        return isinstance(value, (int, float)) and dist.low <= value <= dist.high
-    return False
+def _distance_to(table: CandidateTable, proposal: dict[str, Any]) -> np.ndarray:
+    """(n_tree, n_other) how far each configuration is from a proposal of parameter values: steps, log2 topk and
+    log2 draft tokens apart (as SGLang resolves them: a chain drafts steps + 1), another algorithm 1, and 1 for each
+    setting that differs (``_proximity``'s distance)."""
+    steps = float(proposal.get(rules.STEPS) or 1)
+    topk = float(proposal.get(rules.TOPK) or 1)
+    draft = float(proposal.get(rules.DRAFT) or steps + 1) if topk > 1 else steps + 1
+    t_steps, t_topk, t_draft = table.trees.T
+    dt = (
+        np.abs(t_steps - steps)
+        + np.abs(np.log2(np.maximum(t_topk, 1)) - math.log2(topk))
+        + np.abs(np.log2(np.maximum(t_draft, 1)) - math.log2(max(draft, 1.0)))
+    )
+    algo = proposal.get(rules.ALGO)
+    if algo is not None:
+        dt = dt + np.array([a is not None and a != algo for a in table.algos], dtype=float)
+    wanted = [_norm_setting(proposal.get(n, table.default_other[k])) for k, n in enumerate(table.other_names)]
+    ds = np.array([sum(str(a) != str(b) for a, b in zip(v, wanted)) for v in table.other_values], dtype=float)
+    return dt[:, None] + ds[None, :]
+
+
+def _norm_setting(v: Any) -> Any:
+    return UNSET if v is None else v
 
 
 def _collect(table: CandidateTable, trials: list[FrozenTrial], exclude: int):
