@@ -191,7 +191,6 @@ def test_a_miscalibrated_model_hands_launches_to_the_explorer(tmp_path):
     assert C.EXPLORER in choosers and C.MODEL in choosers, choosers
 
 
-
 def test_the_explorers_turns_are_launches_that_teach_something_new(tmp_path):
     """TPE proposes each parameter on its own, so it proposes draft tokens the tree cannot hold (refused before
     launch) and configurations already measured (duplicates). Each such turn went back to the model, and on a
@@ -223,6 +222,7 @@ def test_the_explorers_turns_are_launches_that_teach_something_new(tmp_path):
         study.tell(trial, 80.0)
     assert len(explored) >= 4, explored
     assert {p["speculative-eagle-topk"] for _, p in explored} - {1}, explored  # trees too, not only chains
+
 
 def test_on_one_gpu_the_explorer_leaves_communication_settings_at_their_default(tmp_path):
     """One GPU has no all-reduce: another NCCL protocol or custom all-reduce level is the same server, so the
