@@ -16,7 +16,7 @@ from optimizer.hosts.config import local_host
 from optimizer.samplers import calibration as C
 from optimizer.samplers import make_sampler
 from optimizer.samplers.candidates import build_table
-from optimizer.samplers.structured import StructuredSampler, _accept_length
+from optimizer.samplers.structured import StructuredSampler, _accept_length, revealed_gain
 from optimizer.samplers.throughput_model import Observation, ThroughputModel
 from optimizer.settings import parse_study
 from optimizer.sim.profiles import load_profile
@@ -191,6 +191,49 @@ def test_a_miscalibrated_model_hands_launches_to_the_explorer(tmp_path):
     assert C.EXPLORER in choosers and C.MODEL in choosers, choosers
 
 
+def test_the_surprise_forgets_promises_broken_long_ago(tmp_path):
+    """The surprise sums the model's broken promises since its last improvement, but only the last WINDOW of
+    them: a model that promised much early and then only small gains is judged on what it promises now, so the
+    explorer's share falls back once its recent promises are modest and kept within the noise."""
+    space = parse_space(TREES, "trees.yaml")
+    sampler = StructuredSampler(space, concurrency=1, seed=3)
+    study = _journal(tmp_path, sampler)
+    base = {**CHAIN, "speculative-num-steps": 2, "NCCL_PROTO": "unset"}
+    _record(study, space, base, 100.0)
+    trees = [(steps, proto) for proto in ("LL", "Simple") for steps in range(1, 7)]
+    surprises, calibrated = [], []
+    for k, (steps, proto) in enumerate(trees):
+        bold = k < 4  # four bold promises broken first, then small ones
+        promise = {
+            C.CHOOSER: C.MODEL,
+            C.P_IMPROVE: 0.6 if bold else 0.1,
+            C.EXPECTED_GAIN: 0.1 if bold else 0.01,
+            C.PREDICTED: 96.0,
+            C.PRED_LOG_SD: 0.05,
+        }
+        _record(study, space, {**base, "speculative-num-steps": steps, "NCCL_PROTO": proto}, 95.0, attrs=promise)
+        cal = C.assess(study.get_trials())
+        surprises.append(cal.surprise)
+        calibrated.append(cal.calibrated)
+    assert not any(calibrated[3:7]), surprises  # while the bold promises are among the last WINDOW
+    assert surprises[3] > 3.5, surprises  # four broken 60 % promises: a 2.6 % event
+    assert surprises[-1] < 1.0 and calibrated[-1], surprises  # they have left the window
+
+
+def test_a_launch_promises_only_what_it_can_reveal_through_the_noise():
+    """The stop rule judges what one launch can reveal: on a machine whose launches scatter by 3 %, a configuration
+    the model already knows within that noise promises almost nothing (relaunching near-equal NCCL variants, each
+    "maybe 2 % better", kept the search going), one it is unsure of promises nearly its whole expected gain."""
+    gain = np.array([0.03, 0.03, 0.03])
+    spread = np.array([0.003, 0.03, 0.15])  # a tenth of the noise, as much, five times as much
+    revealed = revealed_gain(gain, spread, 0.03)
+    assert revealed[0] < 0.01 * gain[0]
+    assert 0.25 * gain[1] < revealed[1] < 0.35 * gain[1]
+    assert revealed[2] > 0.8 * gain[2]
+    assert np.all(np.diff(revealed) > 0)  # the less the model knows, the more a launch can tell
+    assert np.allclose(revealed_gain(gain, spread, 0.0), gain)  # a noiseless launch reveals everything
+
+
 def test_the_explorers_turns_are_launches_that_teach_something_new(tmp_path):
     """TPE proposes each parameter on its own, so it proposes draft tokens the tree cannot hold (refused before
     launch) and configurations already measured (duplicates). Each such turn went back to the model, and on a
@@ -222,6 +265,47 @@ def test_the_explorers_turns_are_launches_that_teach_something_new(tmp_path):
         study.tell(trial, 80.0)
     assert len(explored) >= 4, explored
     assert {p["speculative-eagle-topk"] for _, p in explored} - {1}, explored  # trees too, not only chains
+
+
+def test_the_explorer_does_not_launch_trees_larger_than_one_that_ran_out_of_memory(tmp_path):
+    """The explorer doubts the throughput model, not the failures seen: once a tree ran out of memory, a larger
+    tree would teach only that failure again (TPE, which learns only from values, kept proposing them)."""
+    space = parse_space(TREES, "trees.yaml")
+    table = build_table(space)
+    sampler = StructuredSampler(space, concurrency=1, seed=5)
+    study = _journal(tmp_path, sampler)
+    base = {**CHAIN, "speculative-num-steps": 2, "NCCL_PROTO": "unset"}
+    _record(study, space, base, 100.0)
+    oom = {**base, "speculative-num-steps": 3, "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 12}
+    study.enqueue_trial(oom)
+    trial = study.ask()
+    space.suggest(trial)
+    failed = {
+        R.FLAGS: dict(space.candidate(oom).flags),
+        R.LAUNCHED: True,
+        R.OUTCOME: R.INFEASIBLE,
+        R.FAILURE_KIND: "oom",
+    }
+    for key, value in failed.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, 0.0)
+    broken = {C.CHOOSER: C.MODEL, C.P_IMPROVE: 0.6, C.EXPECTED_GAIN: 0.1, C.PREDICTED: 112.0, C.PRED_LOG_SD: 0.02}
+    for k, steps in enumerate((3, 4, 5, 6)):
+        _record(study, space, {**base, "speculative-num-steps": steps}, 90.0 - k, attrs=broken)
+    explored = []
+    for _ in range(16):
+        trial = study.ask()
+        cand = space.suggest(trial)
+        trial.set_user_attr(R.FLAGS, dict(cand.flags))
+        if study.get_trials(deepcopy=False)[trial.number].user_attrs.get(C.CHOOSER) == C.EXPLORER:
+            i, _ = table.locate(dict(cand.flags), dict(trial.params))
+            steps, topk, draft = table.trees[i]
+            explored.append((int(steps), int(topk), int(draft)))
+        trial.set_user_attr(R.LAUNCHED, True)
+        trial.set_user_attr(R.OUTCOME, R.COMPLETE)
+        study.tell(trial, 80.0)
+    assert len(explored) >= 4, explored
+    assert all(s * k + d < 3 * 4 + 12 for s, k, d in explored), explored  # every one smaller than the tree that failed
 
 
 def test_on_one_gpu_the_explorer_leaves_communication_settings_at_their_default(tmp_path):

@@ -7,8 +7,10 @@ trees that never pay, settings that matter only together. Three checks hold the 
 - **Promises kept.** For every launch it chooses, the model states the chance that the launch measures above the
   best so far (``search:p_improve``, launch noise included). Under a calibrated model, ``n`` launches in a row that
   all fail to improve have probability ``prod(1 - p_k)``. The *surprise* ``sum(-log(1 - p_k))`` over the model's
-  launches since its last improvement is that probability's negative log: about 1 is ordinary, 3 means a 5 %
-  event. Each term is weighted by the launch's stake (its expected gain over ``STAKE_GAIN``, at most 1).
+  launches since its last improvement, the last ``WINDOW`` of them, is that probability's negative log: about 1 is
+  ordinary, 3 means a 5 % event. Each term is weighted by the launch's stake (its expected gain over
+  ``STAKE_GAIN``, at most 1). The window lets a model that promised much long ago and keeps its modest promises
+  now be called right again (without it, one bad stretch kept the explorer busy and the stop rule off for good).
 - **Intervals kept.** Each launch's measured tok/s against the predictive distribution it was chosen under
   (``search:predicted_tok_per_s``, ``search:predicted_log_sd``, launch noise included): over the last ``WINDOW`` model
   launches, a measurement more than ``MISS_Z`` standard deviations away is a *miss*, and the root mean square of
@@ -47,7 +49,7 @@ MODEL, EXPLORER = "model", "explorer"
 #: a launch that promised less than this expected gain counts in proportion: a model that promises little and
 #: delivers nothing is not wrong where it matters (late in a study every launch is a long shot near the best)
 STAKE_GAIN = 0.03
-WINDOW = 6  # recent model launches whose z-scores are checked
+WINDOW = 6  # recent model launches whose z-scores and broken promises are checked
 MISS_Z = 2.0  # |z| beyond this is a measurement outside the predictive interval (~5 % under calibration)
 #: log-scale launch-to-launch noise the model assumes (widened by its residuals, ``ThroughputModel.noise_scale``)
 LAUNCH_NOISE_SD = 0.04
@@ -107,6 +109,7 @@ def assess(trials: list[FrozenTrial]) -> Calibration:
     cal = Calibration()
     best: float | None = None
     zs: list[float] = []
+    broken: list[float] = []  # the model's broken promises since its last improvement
     for t in sorted(trials, key=lambda t: t.number):
         if not t.state.is_finished() or t.user_attrs.get(R.OUTCOME) == R.DUPLICATE:
             continue
@@ -116,17 +119,18 @@ def assess(trials: list[FrozenTrial]) -> Calibration:
         if ua.get(CHOOSER) == MODEL and ua.get(R.LAUNCHED):
             improved = complete and (best is None or value > best)
             if improved:
-                cal.surprise = 0.0
+                broken.clear()
             else:
                 p = min(0.95, max(0.0, float(ua.get(P_IMPROVE) or 0.0)))
                 stake = min(1.0, float(ua.get(EXPECTED_GAIN) or 0.0) / STAKE_GAIN)
-                cal.surprise += -math.log1p(-p) * stake
+                broken.append(-math.log1p(-p) * stake)
             pred, sd = ua.get(PREDICTED), ua.get(PRED_LOG_SD)
             if value and pred and sd:  # a pruned launch measured fewer chunks: a little wider
                 sd = float(sd) * (PRUNED_WIDER if t.state == TrialState.PRUNED else 1.0)
                 zs.append((math.log(value) - math.log(float(pred))) / sd)
         if complete:
             best = value if best is None else max(best, value)
+    cal.surprise = float(sum(broken[-WINDOW:]))
     recent = zs[-WINDOW:]
     cal.checked = len(recent)
     cal.misses = sum(abs(z) > MISS_Z for z in recent)
