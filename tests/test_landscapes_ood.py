@@ -13,7 +13,7 @@ import yaml
 
 from benchmarks import landscapes, landscapes_ood
 from benchmarks.landscapes_ood import HELD_OUT, TUNING, landscape
-from benchmarks.out_of_family import run_one
+from benchmarks.out_of_family import measure, run_one
 from benchmarks.strategies import ROOT, space_for, truth
 from benchmarks.streaks import near_identical, near_identical_streak_share, rows
 from optimizer.simexec import CATEGORY_MIX
@@ -272,6 +272,19 @@ def test_launches_from_a_real_study_and_its_streak_share() -> None:
         assert isinstance(settings, tuple) and len(settings) == 4
         assert status in ("complete", "pruned", "infeasible")
     assert 0.0 <= r["streak_share"] <= 1.0
+
+
+def test_the_check_for_a_search_change_runs_each_landscape_once_per_run_seed() -> None:
+    """``benchmarks.out_of_family --run-seeds``: every landscape once per run seed, each run as ``run_one`` gives it
+    alone, with the final answer's quality and the launches a run in the summary."""
+    out = measure((2009,), ("random",), budget=4, run_seeds=(0, 1), log=lambda msg: None)
+    summary = out["strategies"]["random"]
+    assert out["run_seeds"] == [0, 1] and summary["runs"] == 2
+    alone = [run_one(landscape(2009), "random", rs, 4) for rs in (0, 1)]
+    assert summary["final_fraction_each"] == [round(r["final_fraction"], 4) for r in alone]
+    assert summary["launches_each"] == [r["launches"] for r in alone] == [4, 4]
+    assert summary["final_within_2pct"] == sum(r["final_fraction"] >= 0.98 for r in alone)
+    assert summary["launches_mean"] == 4.0
 
 
 # ---------------------------------------------------------------------- the streak measure on hand-made sequences
