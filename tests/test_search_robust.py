@@ -235,11 +235,22 @@ def test_a_launch_promises_only_what_it_can_reveal_through_the_noise():
 
 
 def _record_broken_promises(study, space, base) -> None:
-    """Four model launches of deeper chains, each promised 12 % more than ``base`` measured and measured 10-13 % less:
-    a model that keeps being wrong, which hands half the launches to the explorer."""
+    """Four model launches of deeper chains, each promised 12 % more than ``base`` measured and measured 10-13 %
+    less: a model that keeps being wrong, which hands half the launches to the explorer."""
     broken = {C.CHOOSER: C.MODEL, C.P_IMPROVE: 0.6, C.EXPECTED_GAIN: 0.1, C.PREDICTED: 112.0, C.PRED_LOG_SD: 0.02}
     for k, steps in enumerate((3, 4, 5, 6)):
         _record(study, space, {**base, "speculative-num-steps": steps}, 90.0 - k, attrs=broken)
+
+
+def _study_of_a_wrong_model(tmp_path):
+    """A study on ``TREES`` (structured sampler, seed 5): a 2-step chain at 100 tok/s, then the broken promises."""
+    space = parse_space(TREES, "trees.yaml")
+    sampler = StructuredSampler(space, concurrency=1, seed=5)
+    study = _journal(tmp_path, sampler)
+    base = {**CHAIN, "speculative-num-steps": 2, "NCCL_PROTO": "unset"}
+    _record(study, space, base, 100.0)
+    _record_broken_promises(study, space, base)
+    return space, build_table(space), study, base
 
 
 def test_the_explorers_turns_are_launches_that_teach_something_new(tmp_path):
@@ -247,13 +258,7 @@ def test_the_explorers_turns_are_launches_that_teach_something_new(tmp_path):
     launch) and configurations already measured (duplicates). Each such turn went back to the model, and on a
     space with a draft-token constraint the explorer hardly ever launched. Its turns are now the configuration
     nearest its proposal that is valid and not launched yet."""
-    space = parse_space(TREES, "trees.yaml")
-    table = build_table(space)
-    sampler = StructuredSampler(space, concurrency=1, seed=5)
-    study = _journal(tmp_path, sampler)
-    base = {**CHAIN, "speculative-num-steps": 2, "NCCL_PROTO": "unset"}
-    _record(study, space, base, 100.0)
-    _record_broken_promises(study, space, base)
+    space, table, study, base = _study_of_a_wrong_model(tmp_path)
     seen = {table.locate_trial(t) for t in study.get_trials()}
     explored = []
     for _ in range(16):
@@ -276,12 +281,7 @@ def test_the_explorers_turns_are_launches_that_teach_something_new(tmp_path):
 def test_the_explorer_does_not_launch_trees_larger_than_one_that_ran_out_of_memory(tmp_path):
     """The explorer doubts the throughput model, not the failures seen: once a tree ran out of memory, a larger
     tree would teach only that failure again (TPE, which learns only from values, kept proposing them)."""
-    space = parse_space(TREES, "trees.yaml")
-    table = build_table(space)
-    sampler = StructuredSampler(space, concurrency=1, seed=5)
-    study = _journal(tmp_path, sampler)
-    base = {**CHAIN, "speculative-num-steps": 2, "NCCL_PROTO": "unset"}
-    _record(study, space, base, 100.0)
+    space, table, study, base = _study_of_a_wrong_model(tmp_path)
     oom = {**base, "speculative-num-steps": 3, "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 12}
     study.enqueue_trial(oom)
     trial = study.ask()
@@ -295,7 +295,6 @@ def test_the_explorer_does_not_launch_trees_larger_than_one_that_ran_out_of_memo
     for key, value in failed.items():
         trial.set_user_attr(key, value)
     study.tell(trial, 0.0)
-    _record_broken_promises(study, space, base)
     explored = []
     for _ in range(16):
         trial = study.ask()
