@@ -111,8 +111,11 @@ def _kill_chain(tmp_path: Path, study: str, kills: int, seed: int, executor: str
         intended = chosen_params(t)  # None: killed while its parameters were being suggested
         if intended and not t.user_attrs.get("requeued_from"):
             assert len(again) == 1, f"trial {n} re-queued {len(again)} times"
-            assert again[0].params == intended
-        elif not intended and not t.user_attrs.get("baseline"):  # the baseline has no parameters: asked again
+            # the copy carries the whole configuration, even where a later kill cut its own suggestion short
+            assert chosen_params(again[0]) == intended
+        elif intended:  # a re-queued copy that was stopped too is not re-queued a second time
+            assert not again and "not re-queued a second time" in t.user_attrs["failure_reason"], (n, t.user_attrs)
+        elif not t.user_attrs.get("baseline"):  # the baseline has no parameters: asked again
             assert not again and "chooses again" in t.user_attrs["failure_reason"], (n, t.user_attrs)
     orphans = _wait_gone(study, 5.0)
     pid_files = list((studies / study / "hosts").glob("*/run/*.json"))

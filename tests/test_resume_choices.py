@@ -41,3 +41,18 @@ def test_only_whole_configurations_are_requeued(tmp_path):
     assert all(trials[n].state == TrialState.FAIL for n in (0, 1, 2))
     assert "chooses again" in trials[1].user_attrs[R.FAILURE_REASON]
     assert "re-queued" in trials[0].user_attrs[R.FAILURE_REASON]
+
+
+def test_a_requeued_copy_stopped_again_is_not_requeued_a_second_time_and_says_so(tmp_path):
+    """A re-queued copy killed again, even before its own suggestion finished, is marked as such: once is the
+    limit (a launch that kills the driver must not loop), and the reason must not claim a re-queue."""
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "j.log")))
+    study = optuna.create_study(direction="maximize", storage=storage)
+    study.enqueue_trial(WHOLE, user_attrs={R.REQUEUED_FROM: 7})
+    copy = study.ask()
+    copy.suggest_int("speculative-num-steps", 1, 8)  # killed after its first parameter
+    assert requeue_interrupted(study) == 0
+    (trial,) = study.get_trials()
+    assert trial.state == TrialState.FAIL and trial.user_attrs[R.OUTCOME] == R.INTERRUPTED
+    assert chosen_params(trial) == WHOLE and trial.params == {"speculative-num-steps": 2}
+    assert "not re-queued a second time" in trial.user_attrs[R.FAILURE_REASON]
