@@ -237,6 +237,10 @@ def test_second_ctrl_c_forces(tmp_path):
     assert took < 15
     assert "Traceback" not in text, text[-3000:]
     assert not left
+    # a trial the forced stop recorded says what became of it: re-queued, or the baseline asked again
+    stopped = [t for t in load_trials(journal, study) if t.user_attrs.get("outcome") == "interrupted"]
+    for t in stopped:
+        assert t.user_attrs["failure_reason"].endswith(("; re-queued", "; asked again")), t.user_attrs
     # whatever the forced stop left RUNNING is resumed by the next run
     done = Run(
         optimize_argv(tmp_path / "studies", study, tmp_path / "space.yaml", 3, extra=LONGER), tmp_path / "resume.log"

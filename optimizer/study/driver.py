@@ -175,7 +175,7 @@ class Driver:
             if not self.active and not self.pending and not self.relaunch.running:
                 break
             if self.stopping and not self.active:  # stopping: trials waiting for a host will not get one
-                self.force_stop("the study stopped before this trial got a host; re-queued")
+                self.force_stop("the study stopped before this trial got a host")
                 break
             if not self.active and self.pending and not self.pool.free():
                 self.note("every host is quarantined: stopping")
@@ -275,13 +275,13 @@ class Driver:
             self.executor.submit(host, a.spec)
 
     # ------------------------------------------------------------------ stopping
-    def force_stop(self, reason: str = "forced stop (second Ctrl-C) while this trial ran; re-queued") -> None:
+    def force_stop(self, cause: str = "forced stop (second Ctrl-C) while this trial ran") -> None:
         """A second Ctrl-C: kill the servers now; record running trials as interrupted and re-queue them (as the
         next run would for a driver that died). Also ends a stop with trials still waiting for a host."""
         self.stopping = True
         self.executor.kill_servers()
         for a in [*self.active.values(), *self.pending]:
-            self.record.interrupted(a, reason)
+            self.record.interrupted(a, cause)
         self.active.clear()
         self.pending.clear()
 

@@ -185,14 +185,20 @@ class Recorder:
     def host_fault(self, a: Active, host: str, reason: str) -> None:
         a.trial.set_user_attr(R.host_fault_attr(a.requeues), f"{host}: {reason}"[:500])
 
-    def interrupted(self, a: Active, reason: str) -> None:
+    def interrupted(self, a: Active, cause: str) -> None:
         """A trial the driver gave up on while it ran or waited: FAIL, with its configuration re-queued (the
-        baseline is asked again instead: it has no parameters to enqueue)."""
+        baseline is asked again instead: it has no parameters to enqueue). The reason is ``cause`` and what
+        became of the configuration."""
         t = a.trial
-        if not a.spec.protected and t.params and not t.user_attrs.get(R.REQUEUED_FROM):
+        if a.spec.protected or not t.params:
+            fate = "asked again"
+        elif t.user_attrs.get(R.REQUEUED_FROM) is not None:
+            fate = R.NOT_REQUEUED_AGAIN
+        else:
             self.study.enqueue_trial(t.params, user_attrs={R.REQUEUED_FROM: t.number})
+            fate = "re-queued"
         t.set_user_attr(R.OUTCOME, R.INTERRUPTED)
-        t.set_user_attr(R.FAILURE_REASON, reason)
+        t.set_user_attr(R.FAILURE_REASON, f"{cause}; {fate}")
         self.study.tell(t, state=TrialState.FAIL, skip_if_finished=True)
 
     # ------------------------------------------------------------------ duplicates of running trials

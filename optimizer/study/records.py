@@ -34,6 +34,9 @@ FAILURE_KIND = "failure_kind"
 FAILURE_REASON = "failure_reason"
 DUPLICATE_OF = "duplicate_of"
 REQUEUED_FROM = "requeued_from"
+#: a stopped trial is re-queued once: a re-queued copy that stops again is not (a launch that kills the driver must
+#: not loop); its failure reason says so (optimizer/study/resume.py, recording.py)
+NOT_REQUEUED_AGAIN = "not re-queued a second time"
 WARM_START = "warm_start"
 PRUNED_AT_CHUNK = "pruned_at_chunk"
 FATAL_SETTING = "fatal_setting"  # {name, value, line}: a setting this trial's log proved fatal on its own

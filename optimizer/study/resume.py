@@ -33,8 +33,8 @@ def requeue_interrupted(study: optuna.Study, *, skip: Container[int] = ()) -> in
             if t.number not in already:
                 study.enqueue_trial(intended, user_attrs={R.REQUEUED_FROM: t.number})
             requeued += 1
-        elif intended:  # a re-queued copy stopped too: not re-queued again, so a launch that kills the driver ends
-            reason = "the driver stopped again while this re-queued trial ran; not re-queued a second time"
+        elif intended:
+            reason = f"the driver stopped again while this re-queued trial ran; {R.NOT_REQUEUED_AGAIN}"
         else:
             reason = "the driver stopped while this trial's configuration was being chosen; the search chooses again"
         trial = optuna.Trial(study, t._trial_id)
