@@ -78,15 +78,13 @@ def measure(
     seeds: tuple[int, ...],
     strategies: tuple[str, ...],
     budget: int = 30,
-    run_seed: int = 0,
     log=print,
     keep_launches: bool = False,
-    run_seeds: tuple[int, ...] | None = None,
+    run_seeds: tuple[int, ...] = (0,),
 ) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(logging.ERROR)
     t0 = time.time()
-    run_seeds = run_seeds if run_seeds is not None else (run_seed,)
     keys = [(k, strategy, rs) for rs in run_seeds for k in seeds for strategy in strategies]
     results = parallel.pmap(_task, [(k, strategy, rs, budget) for k, strategy, rs in keys])
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in strategies}
@@ -97,7 +95,6 @@ def measure(
     out: dict[str, Any] = {
         "landscapes": list(seeds),
         "budget": budget,
-        "run_seed": run_seeds[0],
         "run_seeds": list(run_seeds),
         "baseline_within_target": int(sum(trivial.values())),
         "strategies": {},
