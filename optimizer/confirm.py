@@ -183,6 +183,7 @@ class Confirmer:
         self.stopping = False
         self.confirming = True  # the live display shows confirmation relaunches, not trials
         self.min_df = MIN_DF
+        self.prior_is_floor = True
         self.t0 = time.time()
         self.active: dict[int, Any] = {}  # number -> (item, host), with .candidate for the display
         self.host_phase: dict[str, tuple[str, int | None, float]] = {}
@@ -312,7 +313,9 @@ class Confirmer:
         prior, prior_text = hostnoise.prior(self.study)
         # a stated prior alone decides nothing: on a host whose noise is not known, the launches must have measured
         # it (MIN_DF degrees of freedom) before a comparison is settled; a known host's stored noise is enough
-        self.min_df = 0 if isinstance(self.study.user_attrs.get(hostnoise.HOST_NOISE), dict) else MIN_DF
+        known = isinstance(self.study.user_attrs.get(hostnoise.HOST_NOISE), dict)
+        self.min_df = 0 if known else MIN_DF
+        self.prior_is_floor = not known  # a stated prior only ever raises a measured noise (verdict.pool)
         margin = self.cfg.confirm.margin_pct / 100.0
         done_runs = runs_of(self.study, plan["id"])
         next_round = 1 + max((int(r["round"]) for r in done_runs), default=-1)
@@ -334,7 +337,15 @@ class Confirmer:
             done_runs = runs_of(self.study, plan["id"])
         done_rounds = 1 + max((int(x["round"]) for x in done_runs), default=-1)
         more = 0 if self.stopping else rounds - done_rounds
-        return decide(arms_from(self.study), prior=prior, margin=margin, paired=False, more=more, min_df=self.min_df)
+        return decide(
+            arms_from(self.study),
+            prior=prior,
+            margin=margin,
+            paired=False,
+            more=more,
+            min_df=self.min_df,
+            prior_is_floor=self.prior_is_floor,
+        )
 
     def _open_arms(
         self, plan: dict[str, Any], prior: tuple[float, int], margin: float, first: bool, more: int
@@ -345,7 +356,15 @@ class Confirmer:
         for a, spec in zip(arms, plan["arms"]):
             if spec.get("selected") and not a.runs and spec.get("study_tok_per_s"):
                 a.evidence = [float(spec["study_tok_per_s"])]
-        v = decide(arms, prior=prior, margin=margin, paired=False, more=more, min_df=self.min_df)
+        v = decide(
+            arms,
+            prior=prior,
+            margin=margin,
+            paired=False,
+            more=more,
+            min_df=self.min_df,
+            prior_is_floor=self.prior_is_floor,
+        )
         out = [arms.index(a) for a in v.open]
         selected = next((i for i, spec in enumerate(plan["arms"]) if spec.get("selected")), None)
         if first and selected is not None and not arms[selected].runs and selected not in out:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scipy import stats as _st
@@ -98,13 +98,26 @@ class Arm:
 
     @property
     def tok_per_s(self) -> Interval:
+        return self.interval(CONFIDENCE)
+
+    def interval(self, level: float) -> Interval:
+        """Two-sided interval at ``level`` of its mean log tok/s (the pooled noise where known)."""
         logs = [math.log(v) for v in self.values if v > 0]
         if self.pooled is None or not logs or self.pooled[1] < 2:
-            return t_interval(logs)
+            return t_interval(logs, level)
         sigma, df = self.pooled
         mean = statistics.fmean(logs)
-        half = float(_st.t.ppf(0.5 + CONFIDENCE / 2, df)) * sigma / math.sqrt(len(logs))
+        half = float(_st.t.ppf(0.5 + level / 2, df)) * sigma / math.sqrt(len(logs))
         return Interval(mean, mean - half, mean + half, len(logs))
+
+    def relaunched(self) -> Arm:
+        """This arm as the winner counts it: its relaunches only, once it has any. Every configuration under
+        confirmation was picked for a high search launch, so a search launch read as the winner's own would flatter
+        it (at 20 % launch noise a runner-up's lucky search launch made it a significant winner at 84 % of the
+        optimum); as a challenger's, it only makes the winner harder to declare."""
+        if not self.runs or not self.evidence:
+            return self
+        return replace(self, evidence=[])
 
 
 def ratio(a: Arm, b: Arm) -> Interval:
@@ -125,10 +138,17 @@ def launch_noise(arms: Sequence[Arm]) -> tuple[float | None, int]:
     return (math.sqrt(ss / df), df) if df else (None, 0)
 
 
-def pool(measured: tuple[float | None, int], prior: tuple[float, int] | None) -> tuple[float | None, int]:
-    """The measured noise pooled with a prior weighing ``prior[1]`` degrees of freedom."""
+def pool(
+    measured: tuple[float | None, int], prior: tuple[float, int] | None, floor: bool = False
+) -> tuple[float | None, int]:
+    """The measured noise pooled with a prior weighing ``prior[1]`` degrees of freedom. With ``floor`` (a stated
+    prior, not a measurement) the prior only ever raises the noise: a host measured noisier than the prior keeps
+    its own figure and degrees of freedom (pooling 17 % measured with a stated 5 % read it as 13 % at twice the
+    degrees of freedom, and decided a wrong winner after one round at 20 % launch noise)."""
     sigma, df = measured
     if prior is None or prior[1] <= 0:
+        return sigma, df
+    if floor and sigma is not None and df > 0 and sigma >= prior[0]:
         return sigma, df
     ss = (sigma**2 * df if sigma is not None else 0.0) + prior[0] ** 2 * prior[1]
     return math.sqrt(ss / (df + prior[1])), df + prior[1]
@@ -223,13 +243,14 @@ class Verdict:
     apart: list[Arm] = field(default_factory=list)  # comparisons the rounds left could not settle
     decided: str | None = None
     margin: float = PREFER_CHEAPER_WITHIN
+    level: float = CONFIDENCE  # of the intervals (two-sided); unpaired: the level of settle's one-sided bounds
 
     def gain_of(self, a: Arm, base: Arm) -> Interval:
-        return ratio(a, base) if self.paired else diff(a, base)
+        return ratio(a, base) if self.paired else diff(a.relaunched() if a is self.winner else a, base, self.level)
 
     def as_dict(self) -> dict[str, Any]:
         def arm(a: Arm) -> dict[str, Any]:
-            iv = a.tok_per_s
+            iv = (a.relaunched() if a is self.winner else a).interval(self.level)
             base = next((b for b in self.arms if b.baseline), None)
             g = self.gain_of(a, base) if base is not None and base.values and not a.baseline else None
             return {
@@ -255,6 +276,7 @@ class Verdict:
             "launch_noise": self.noise,
             "launch_noise_df": self.noise_df,
             "confidence": CONFIDENCE,
+            "interval_level": self.level,
             "verdict": self.lines,
             "decided": self.decided,
             "undecided": [a.label for a in self.open],
@@ -268,16 +290,17 @@ def _exp(x: float | None, shift: float = 0.0) -> float | None:
     return None if x is None or x != x else round(math.exp(x) + shift, 6)
 
 
-def _pct(iv: Interval) -> str:
+def _pct(iv: Interval, level: float = CONFIDENCE) -> str:
     if not iv.known:
         return f"{math.exp(iv.mean) - 1:+.1%} (one paired round: no interval)"
-    return f"{math.exp(iv.mean) - 1:+.1%} (95% CI {math.exp(iv.lo) - 1:+.1%} to {math.exp(iv.hi) - 1:+.1%})"  # type: ignore[arg-type]
+    ci = f"{level:.0%} CI {math.exp(iv.lo) - 1:+.1%} to {math.exp(iv.hi) - 1:+.1%}"  # type: ignore[arg-type]
+    return f"{math.exp(iv.mean) - 1:+.1%} ({ci})"
 
 
-def _tps(iv: Interval) -> str:
+def _tps(iv: Interval, level: float = CONFIDENCE) -> str:
     if not iv.known:
         return f"{math.exp(iv.mean):.1f} tok/s"
-    return f"{math.exp(iv.mean):.1f} tok/s (95% CI {math.exp(iv.lo):.1f}-{math.exp(iv.hi):.1f})"  # type: ignore[arg-type]
+    return f"{math.exp(iv.mean):.1f} tok/s ({level:.0%} CI {math.exp(iv.lo):.1f}-{math.exp(iv.hi):.1f})"  # type: ignore[arg-type]
 
 
 def decide(
@@ -288,21 +311,29 @@ def decide(
     paired: bool | None = None,
     more: int = 0,
     min_df: int = 0,
+    prior_is_floor: bool = False,
 ) -> Verdict:
     """The verdict on the runs so far. ``prior``: the noise assumed before any relaunch (sigma, df), pooled with
     the measured; ``more``: the launches each configuration may still get (for
     ``settle``'s futility rule); ``min_df``: the measured degrees of freedom of the noise below which
-    nothing is settled (a prior alone does not decide); ``paired``: gains from per-round ratios (the fixed interleaved design; default when no arm counts
-    the search's launches and no prior is given) or unpaired differences with the pooled noise."""
+    nothing is settled (a prior alone does not decide); ``prior_is_floor``: the prior is a stated one, not a
+    measurement, and only ever raises the noise (``pool``); ``paired``: gains from per-round ratios (the fixed
+    interleaved design; default when no arm counts the search's launches and no prior is given) or unpaired
+    differences with the pooled noise.
+
+    Unpaired (the sequential confirmation), every line says what ``settle`` decides on: intervals at the level of its
+    one-sided bounds (90 % two-sided for one-sided 95 %), the top group those not significantly slower than the
+    fastest, and the winner, ranked on every launch counted, judged on its relaunches only (``Arm.relaunched``)."""
     arms = list(arms)
     if paired is None:
         paired = prior is None and not any(a.evidence for a in arms)
     base = next((a for a in arms if a.baseline), None)
     cands = [a for a in arms if not a.baseline and a.values]
     noise, df = launch_noise(arms)
-    sigma, pooled_df = pool((noise, df), prior)
+    sigma, pooled_df = pool((noise, df), prior, floor=prior_is_floor)
     for a in arms:
         a.pooled = (sigma, pooled_df) if sigma is not None else None
+    level = CONFIDENCE if paired else round(2 * CONFIDENCE - 1, 6)
     lines: list[str] = []
     if not cands:
         return Verdict(
@@ -310,48 +341,60 @@ def decide(
         )
     ranked = sorted(cands, key=lambda a: a.tok_per_s.mean, reverse=True)
     fastest = ranked[0]
-    group = [fastest] + [a for a in ranked[1:] if a.tok_per_s.overlaps(fastest.tok_per_s)]
+    if paired:
+        group = [fastest] + [a for a in ranked[1:] if a.tok_per_s.overlaps(fastest.tok_per_s)]
+    else:
+        group = [fastest] + [a for a in ranked[1:] if _not_slower(diff(a, fastest, level))]
     # The cheaper of an equivalent group, unless it measured clearly slower than the fastest: with three
     # launches "equivalent" spans several per cent, and a cheaper tree is no bargain at 5 % less speed.
     near = [a for a in group if a.tok_per_s.mean >= fastest.tok_per_s.mean + math.log(1 - PREFER_CHEAPER_WITHIN)]
     winner = min(near, key=lambda a: (a.cost, -a.tok_per_s.mean))
+    judged = winner.relaunched()  # ranked on every launch, judged on its relaunches (Arm.relaunched)
     has_base = base is not None and bool(base.values)
-    gain = (ratio(winner, base) if paired else diff(winner, base)) if has_base else None  # type: ignore[arg-type]
+    gain = (ratio(winner, base) if paired else diff(judged, base, level)) if has_base else None  # type: ignore[arg-type]
     significant = None if gain is None or not gain.known else (gain.lo > 0)  # type: ignore[operator]
     open_, apart, decided = settle(
-        winner,
+        judged,
         [a for a in cands if a is not winner],
         base if has_base else None,
         margin,
         more=more,
         can_settle=df >= min_df,
     )
-    lines.append(
-        f"confirmed best: {winner.label} {winner.config}: {_tps(winner.tok_per_s)}, {winner.tok_per_s.n} launches"
-    )
+    open_ = [winner if a is judged else a for a in open_]
+    wiv = judged.interval(level)
+    lines.append(f"confirmed best: {winner.label} {winner.config}: {_tps(wiv, level)}, {wiv.n} launches")
     if len(group) > 1:
         others = [a for a in group if a is not winner]
         lines.append(
             "equivalent within the noise: "
-            + ", ".join(f"{a.label} ({_tps(a.tok_per_s)})" for a in [winner, *others])
+            + ", ".join(
+                [f"{winner.label} ({_tps(wiv, level)})"]
+                + [f"{a.label} ({_tps(a.interval(level), level)})" for a in others]
+            )
             + f"; the cheapest ({winner.label}: {winner.cost[0]} steps, {winner.cost[1]} draft tokens) is exported"
         )
     elif len(ranked) > 1:
-        r = ratio(ranked[1], fastest) if paired else diff(ranked[1], fastest)
-        lines.append(f"runner-up {ranked[1].label} is slower: {_pct(r)}")
+        r = ratio(ranked[1], fastest) if paired else diff(ranked[1], judged, level)
+        lines.append(f"runner-up {ranked[1].label} is slower: {_pct(r, level)}")
     if gain is None:
         lines.append("no baseline run completed: the gain is not known")
     elif significant is None:
-        lines.append(f"gain over the baseline {_pct(gain)}: too few paired rounds to judge it")
+        lines.append(f"gain over the baseline {_pct(gain, level)}: too few paired rounds to judge it")
     elif significant:
-        lines.append(f"gain over the baseline {_pct(gain)}")
+        lines.append(f"gain over the baseline {_pct(gain, level)}")
     else:
-        lines.append(f"no significant gain over the baseline: {_pct(gain)}")
+        lines.append(f"no significant gain over the baseline: {_pct(gain, level)}")
     if noise is not None:
         lines.append(f"launch-to-launch noise {noise:.1%} (pooled over {df} degrees of freedom)")
     return Verdict(
-        arms, winner, fastest, group, gain, significant, noise, df, lines, paired, open_, apart, decided, margin
+        arms, winner, fastest, group, gain, significant, noise, df, lines, paired, open_, apart, decided, margin, level
     )
+
+
+def _not_slower(iv: Interval) -> bool:
+    """Not significantly slower: the upper bound of the difference reaches 0, or there is no interval yet."""
+    return iv.hi is None or iv.hi >= 0
 
 
 def arm_cost(flags: Mapping[str, Any]) -> tuple[int, int, int]:

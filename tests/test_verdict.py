@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from optimizer.verdict import Arm, decide, launch_noise, ratio, t_interval
+from optimizer.verdict import Arm, decide, launch_noise, pool, ratio, t_interval
 
 
 def arm(label, runs, cost=(3, 4, 1), baseline=False, trial=None):
@@ -57,3 +57,43 @@ def test_launch_noise_pools_within_configuration_spread():
     sigma, df = launch_noise([arm("a", [100, 110, 90]), arm("b", [50, 50]), arm("c", [70])])
     assert df == 3 and 0.05 < sigma < 0.1
     assert launch_noise([arm("a", [100])]) == (None, 0)
+
+
+def seq_arm(label, runs, evidence=(), cost=(3, 4, 1), baseline=False, trial=None):
+    """An arm of the sequential confirmation: relaunches by round, and the search's own launches as evidence."""
+    return Arm(label, trial, label, cost, baseline=baseline, runs=dict(enumerate(runs)), evidence=list(evidence))
+
+
+def test_a_stated_prior_only_raises_the_measured_noise():
+    # 17.7 % measured over 2 degrees of freedom: a stated 5 % must not read it as 13 % over 4
+    assert pool((0.177, 2), (0.05, 2), floor=True) == (0.177, 2)
+    low, df = pool((0.01, 2), (0.05, 2), floor=True)  # two launches that happened to agree: the prior lifts it
+    assert 0.03 < low < 0.05 and df == 4
+    known, df = pool((0.177, 2), (0.05, 2))  # a host's stored noise is a measurement: pooled both ways
+    assert known < 0.14 and df == 4
+
+
+def test_a_runner_up_is_not_made_the_winner_by_its_own_search_launch():
+    # trial 2 was confirmed because its search launch measured high (130); trial 1, the study's best, counts only
+    # its relaunch. Read with that lucky launch, trial 2 would be a significant winner after one round.
+    base = seq_arm("baseline", [91], evidence=[90], cost=(0, 0, 0), baseline=True)
+    best = seq_arm("trial 1", [100], trial=1)
+    lucky = seq_arm("trial 2", [108], evidence=[130], trial=2)
+    v = decide([base, best, lucky], prior=(0.05, 30), paired=False, more=2)
+    assert v.winner is lucky
+    assert v.decided is None and best in v.open  # one more round for the two
+    assert v.as_dict()["winner"]["launches"] == 1  # its relaunch: the search launch it was picked for is not its own
+    assert any(line.startswith("confirmed best: trial 2") and "1 launches" in line for line in v.lines)
+
+
+def test_the_sequential_verdicts_lines_say_what_was_decided():
+    # decided at one-sided 95 %: the winner beats trial 2 and gains over the baseline. The lines must not call the
+    # two "equivalent within the noise" or the gain "not significant" (two-sided 95 % intervals said both)
+    base = seq_arm("baseline", [100, 100], cost=(0, 0, 0), baseline=True)
+    win = seq_arm("trial 1", [109.4, 109.4], trial=1)
+    other = seq_arm("trial 2", [100, 100], trial=2)
+    v = decide([base, win, other], prior=(0.05, 30), paired=False)
+    assert v.decided == "winner" and v.winner is win and v.equivalent == [win] and v.significant is True
+    assert not any("equivalent within the noise" in line or "no significant gain" in line for line in v.lines)
+    assert any(line.startswith("gain over the baseline +9.4% (90% CI") for line in v.lines)
+    assert v.as_dict()["interval_level"] == 0.9
