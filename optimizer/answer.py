@@ -22,17 +22,24 @@ from optuna.trial import TrialState
 
 from .study import records as R
 from .study.records import baseline_trial, search_answer
+from .verdict import CONFIDENCE
 
 
-def _tps(v: float | None, ci: Any) -> str:
+def _tps(v: float | None, ci: Any, level: float = CONFIDENCE) -> str:
     if v is None:
         return "not measured"
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and None not in ci:
-        return f"{v:.1f} tok/s (95% CI {ci[0]:.1f}-{ci[1]:.1f})"
+        return f"{v:.1f} tok/s ({level:.0%} CI {ci[0]:.1f}-{ci[1]:.1f})"
     return f"{v:.1f} tok/s"
 
 
-def gain_verdict(gain: float | None, gain_ci: Any, *, confirmed: bool) -> str:
+def ci_level(conf: Mapping[str, Any] | None) -> float:
+    """The level of a confirmation's intervals: the sequential verdict's are 90 % (its one-sided 95 % bounds)."""
+    level = (conf or {}).get("interval_level")
+    return float(level) if isinstance(level, (int, float)) else CONFIDENCE
+
+
+def gain_verdict(gain: float | None, gain_ci: Any, *, confirmed: bool, level: float = CONFIDENCE) -> str:
     """'significant gain +6.7% (95% CI +0.5% to +13.0%)' and the like, for one configuration."""
     if gain is None:
         return "gain over the baseline not known (no baseline measured)"
@@ -40,7 +47,7 @@ def gain_verdict(gain: float | None, gain_ci: Any, *, confirmed: bool) -> str:
         return f"{gain:+.1%} over the baseline in one launch (not confirmed)"
     if not (isinstance(gain_ci, (list, tuple)) and len(gain_ci) == 2 and None not in gain_ci):
         return f"{gain:+.1%} over the baseline (too few paired rounds to judge it)"
-    interval = f"{gain:+.1%} (95% CI {gain_ci[0]:+.1%} to {gain_ci[1]:+.1%})"
+    interval = f"{gain:+.1%} ({level:.0%} CI {gain_ci[0]:+.1%} to {gain_ci[1]:+.1%})"
     if gain_ci[0] > 0:
         return f"significant gain over the baseline: {interval}"
     if gain_ci[1] < 0:
@@ -70,6 +77,7 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
     base = baseline_trial(study)
     base_v = base.value if base is not None else None
     confirmed = bool(winner)
+    level = ci_level(conf)
     if confirmed:
         value, ci, gain, gain_ci = winner.get("tok_per_s"), winner.get("ci"), winner.get("gain"), winner.get("gain_ci")
     else:
@@ -90,7 +98,7 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
                     "ci": a.get("ci"),
                     "gain": a.get("gain"),
                     "gain_ci": a.get("gain_ci"),
-                    "verdict": gain_verdict(a.get("gain"), a.get("gain_ci"), confirmed=True),
+                    "verdict": gain_verdict(a.get("gain"), a.get("gain_ci"), confirmed=True, level=level),
                 }
             )
     if confirmed and alternatives:
@@ -108,6 +116,7 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
         "config": best.user_attrs.get(R.CONFIG),
         "tok_per_s": value,
         "ci": ci,
+        "ci_level": level,
         "gain": None if gain is None else round(gain, 4),
         "gain_ci": gain_ci,
         "confirmed": confirmed,
@@ -115,7 +124,7 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
         "verdict": (
             "no speculative configuration measured above the baseline: serve without speculation"
             if best.user_attrs.get(R.BASELINE)
-            else gain_verdict(gain, gain_ci, confirmed=confirmed)
+            else gain_verdict(gain, gain_ci, confirmed=confirmed, level=level)
         ),
         "why": why,
         "alternatives": alternatives,
@@ -144,7 +153,7 @@ def _unconfirmed_why(study: optuna.Study, best: Any) -> str:
 def headline(ans: Mapping[str, Any]) -> str:
     """One line: 'answer: trial 7 EAGLE3 s2 k1 d3: 96.4 tok/s (95% CI 94.4-98.5), confirmed over 3 launches'."""
     how = f"confirmed over {ans['launches']} launches" if ans["confirmed"] else "one launch, not confirmed"
-    return f"answer: trial {ans['trial']} {ans['config']}: {_tps(ans['tok_per_s'], ans['ci'])}, {how}"
+    return f"answer: trial {ans['trial']} {ans['config']}: {_tps(ans['tok_per_s'], ans['ci'], ans.get('ci_level', CONFIDENCE))}, {how}"
 
 
 def deploy_command(study_dir: Any) -> str:
@@ -172,7 +181,9 @@ def answer_lines(ans: Mapping[str, Any] | None, study_dir: Any) -> list[str]:
         b = ans["baseline"]
         lines[-1] += f" (baseline: trial {b['trial']}, {b['tok_per_s']:.1f} tok/s in the study)"
     for a in ans.get("alternatives") or []:
-        lines.append(f"  equivalent: trial {a['trial']} {a['config']}: {_tps(a['tok_per_s'], a['ci'])}; {a['verdict']}")
+        lines.append(
+            f"  equivalent: trial {a['trial']} {a['config']}: {_tps(a['tok_per_s'], a['ci'], ans.get('ci_level', CONFIDENCE))}; {a['verdict']}"
+        )
     lines.append(f"  why trial {ans['trial']}: {ans['why']}")
     if isinstance(ans.get("launch_noise"), (int, float)):
         lines.append(f"  launch-to-launch noise {ans['launch_noise']:.1%}")

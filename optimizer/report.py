@@ -445,7 +445,10 @@ def _header(study: optuna.Study) -> str:
     if ans is not None:
         how = f"confirmed, {ans['launches']} launches" if ans["confirmed"] else "one launch, not confirmed"
         ci = ans.get("ci") or [None, None]
-        interval = f"<br><span style='font-size:13px'>95% CI {ci[0]:.1f}-{ci[1]:.1f}</span>" if None not in ci else ""
+        level = f"{ans.get('ci_level', 0.95):.0%}"
+        interval = (
+            f"<br><span style='font-size:13px'>{level} CI {ci[0]:.1f}-{ci[1]:.1f}</span>" if None not in ci else ""
+        )
         cards.append(("answer (exported)", html.escape(f"trial {ans['trial']}: {ans['config'] or ''}"), "small"))
         cards.append(
             (
@@ -469,7 +472,7 @@ def _header(study: optuna.Study) -> str:
         items = [f"<li>{html.escape(ans['verdict'])}</li>"]
         items += [
             f"<li>equivalent: trial {a['trial']} {html.escape(str(a['config']))}: {a['tok_per_s']:.1f} tok/s; "
-            f"{html.escape(gain_verdict(a['gain'], a['gain_ci'], confirmed=True))}</li>"
+            f"{html.escape(gain_verdict(a['gain'], a['gain_ci'], confirmed=True, level=ans.get('ci_level', 0.95)))}</li>"
             for a in ans["alternatives"]
         ]
         items.append(f"<li>why trial {ans['trial']}: {html.escape(ans['why'])}</li>")
@@ -570,6 +573,7 @@ def _alarms(study: optuna.Study) -> str:
 
 def _confirmation(study: optuna.Study) -> str:
     """The confirmation's arms with intervals, its verdict, the launch noise, and the hosts results came from."""
+    from .answer import ci_level
     from .confirm import stored_verdict
 
     parts = []
@@ -594,7 +598,8 @@ def _confirmation(study: optuna.Study) -> str:
         parts.append(
             f"<h2>Confirmation ({conf.get('rounds', '?')} interleaved rounds, fresh restarts)</h2>"
             "<table><thead><tr><th>configuration</th><th>config</th><th>launches</th><th>tok/s (geo. mean)</th>"
-            "<th>95% CI</th><th>gain</th><th>gain 95% CI</th><th>study's launch</th><th>each launch</th></tr>"
+            f"<th>{ci_level(conf):.0%} CI</th><th>gain</th><th>gain {ci_level(conf):.0%} CI</th>"
+            "<th>study's launch</th><th>each launch</th></tr>"
             "</thead><tbody>" + "".join(rows) + "</tbody></table>"
             "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in conf.get("verdict", [])) + "</ul>"
         )

@@ -78,7 +78,9 @@ def test_demo_terminal_report_and_note_agree_on_the_exported_trial(tmp_path, cap
     # The terminal's last lines: the answer, its verdict, the equivalents with their own verdicts, why, deploy.
     answer_at = max(i for i, line in enumerate(lines) if line.startswith("answer: "))
     ending = lines[answer_at:]
-    assert ending[0].startswith(f"answer: trial {n} {ans['config']}: ") and "95% CI" in ending[0]
+    # the sequential confirmation decides on one-sided 95 % bounds: its intervals, wherever shown, are 90 % ones
+    assert ans["ci_level"] == 0.9
+    assert ending[0].startswith(f"answer: trial {n} {ans['config']}: ") and "90% CI" in ending[0]
     assert "over the baseline" in ending[1]
     for alt in ans["alternatives"]:
         assert any(
