@@ -337,8 +337,12 @@ class Confirmer:
             done_runs = runs_of(self.study, plan["id"])
         done_rounds = 1 + max((int(x["round"]) for x in done_runs), default=-1)
         more = 0 if self.stopping else rounds - done_rounds
+        return self._decide(arms_from(self.study), prior, margin, more)
+
+    def _decide(self, arms: list[Arm], prior: tuple[float, int], margin: float, more: int) -> Verdict:
+        """The sequential verdict: unpaired, with the noise prior as this host allows (``_sequential``)."""
         return decide(
-            arms_from(self.study),
+            arms,
             prior=prior,
             margin=margin,
             paired=False,
@@ -356,15 +360,7 @@ class Confirmer:
         for a, spec in zip(arms, plan["arms"]):
             if spec.get("selected") and not a.runs and spec.get("study_tok_per_s"):
                 a.evidence = [float(spec["study_tok_per_s"])]
-        v = decide(
-            arms,
-            prior=prior,
-            margin=margin,
-            paired=False,
-            more=more,
-            min_df=self.min_df,
-            prior_is_floor=self.prior_is_floor,
-        )
+        v = self._decide(arms, prior, margin, more)
         out = [arms.index(a) for a in v.open]
         selected = next((i for i, spec in enumerate(plan["arms"]) if spec.get("selected")), None)
         if first and selected is not None and not arms[selected].runs and selected not in out:
