@@ -278,7 +278,7 @@ def study_note_markdown(study: optuna.Study) -> str:
         lines += [f"**{headline(ans).replace('answer:', 'Answer:', 1)}**", "", f"{ans['verdict']}.", ""]
         for a in ans["alternatives"]:
             ci = a.get("ci") or [None, None]
-            interval = f" ({ans.get('ci_level', 0.95):.0%} CI {ci[0]:.1f}-{ci[1]:.1f})" if None not in ci else ""
+            interval = f" ({ans['ci_level']:.0%} CI {ci[0]:.1f}-{ci[1]:.1f})" if None not in ci else ""
             lines += [
                 f"- equivalent: trial {a['trial']} {a['config']}: {a['tok_per_s']:.1f} tok/s{interval}; {a['verdict']}"
             ]

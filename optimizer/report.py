@@ -445,7 +445,7 @@ def _header(study: optuna.Study) -> str:
     if ans is not None:
         how = f"confirmed, {ans['launches']} launches" if ans["confirmed"] else "one launch, not confirmed"
         ci = ans.get("ci") or [None, None]
-        level = f"{ans.get('ci_level', 0.95):.0%}"
+        level = f"{ans['ci_level']:.0%}"
         interval = (
             f"<br><span style='font-size:13px'>{level} CI {ci[0]:.1f}-{ci[1]:.1f}</span>" if None not in ci else ""
         )
@@ -472,7 +472,7 @@ def _header(study: optuna.Study) -> str:
         items = [f"<li>{html.escape(ans['verdict'])}</li>"]
         items += [
             f"<li>equivalent: trial {a['trial']} {html.escape(str(a['config']))}: {a['tok_per_s']:.1f} tok/s; "
-            f"{html.escape(gain_verdict(a['gain'], a['gain_ci'], confirmed=True, level=ans.get('ci_level', 0.95)))}</li>"
+            f"{html.escape(gain_verdict(a['gain'], a['gain_ci'], confirmed=True, level=ans['ci_level']))}</li>"
             for a in ans["alternatives"]
         ]
         items.append(f"<li>why trial {ans['trial']}: {html.escape(ans['why'])}</li>")
