@@ -42,6 +42,9 @@ PREDICTED = "search:predicted_tok_per_s"
 PRED_LOG_SD = "search:predicted_log_sd"
 P_IMPROVE = "search:p_improve"
 EXPECTED_GAIN = "search:expected_gain"
+#: the plain expected improvement the model promised for a launch (the stake of a broken promise); the expected
+#: gain above is the part one noisy launch can reveal, which the stop rule judges
+PROMISED_GAIN = "search:promised_gain"
 CHOOSER = "search:chooser"  # "model" or "explorer"
 EXPLORE_SHARE = "search:explore_share"  # the share of launches the explorer had when this one was chosen
 MODEL, EXPLORER = "model", "explorer"
@@ -122,7 +125,8 @@ def assess(trials: list[FrozenTrial]) -> Calibration:
                 broken.clear()
             else:
                 p = min(0.95, max(0.0, float(ua.get(P_IMPROVE) or 0.0)))
-                stake = min(1.0, float(ua.get(EXPECTED_GAIN) or 0.0) / STAKE_GAIN)
+                promised = ua.get(PROMISED_GAIN, ua.get(EXPECTED_GAIN))
+                stake = min(1.0, float(promised or 0.0) / STAKE_GAIN)
                 broken.append(-math.log1p(-p) * stake)
             pred, sd = ua.get(PREDICTED), ua.get(PRED_LOG_SD)
             if value and pred and sd:  # a pruned launch measured fewer chunks: a little wider

@@ -258,12 +258,14 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         noise = C.LAUNCH_NOISE_SD * model.noise_scale  # a launch measures its configuration's value this far off
         score = np.full(allowed.shape, -1.0)
         ei_all = np.zeros(allowed.shape)
+        ei_plain = np.zeros(allowed.shape)
         mean = np.zeros(allowed.shape)
         for a in range(0, n_tree, TREE_CHUNK):
             b = min(n_tree, a + TREE_CHUNK)
             y = draws.block(a, b)
             mean[a:b] = y[:, :, 0]
             ei = np.clip(np.exp(y - log_best) - 1.0, 0.0, MAX_GAIN).mean(axis=-1)
+            ei_plain[a:b] = ei
             ei_all[a:b] = revealed_gain(ei, y.std(axis=-1), noise)  # the stop rule's measure
             score[a:b] = np.where(allowed[a:b], ei * p_ok[a:b] * near[a:b], -1.0)
         top = float(score.max())
@@ -282,6 +284,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             C.PRED_LOG_SD: round(math.hypot(float(np.std(y)), noise), 5),
             C.P_IMPROVE: round(float(np.mean(ndtr((y - log_best) / noise))), 4),
             EXPECTED_GAIN: round(float(ei_all[i, j]), 5),
+            C.PROMISED_GAIN: round(float(ei_plain[i, j]), 5),
             P_FEASIBLE: round(float(p_ok[i, j]), 3),
             ADAPTIVE: self.adaptive,
             C.CHOOSER: C.MODEL,
