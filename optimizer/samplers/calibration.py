@@ -8,8 +8,10 @@ trees that never pay, settings that matter only together. Three checks hold the 
   best so far (``search:p_improve``, launch noise included). Under a calibrated model, ``n`` launches in a row that
   all fail to improve have probability ``prod(1 - p_k)``. The *surprise* ``sum(-log(1 - p_k))`` over the model's
   launches since its last improvement, the last ``WINDOW`` of them, is that probability's negative log: about 1 is
-  ordinary, 3 means a 5 % event. Each term is weighted by the launch's stake (its expected gain over
-  ``STAKE_GAIN``, at most 1). The window lets a model that promised much long ago and keeps its modest promises
+  ordinary, 3 means a 5 % event. Each term is weighted by the launch's stake (the expected improvement the
+  model promised, ``PROMISED_GAIN``, over ``STAKE_GAIN``, at most 1; not the smaller part of it one noisy launch
+  can reveal, which the stop rule judges: on a noisy machine that part is small for every launch, and the model
+  could never be called wrong). The window lets a model that promised much long ago and keeps its modest promises
   now be called right again (without it, one bad stretch kept the explorer busy and the stop rule off for good).
 - **Intervals kept.** Each launch's measured tok/s against the predictive distribution it was chosen under
   (``search:predicted_tok_per_s``, ``search:predicted_log_sd``, launch noise included): over the last ``WINDOW`` model
