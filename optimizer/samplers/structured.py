@@ -257,16 +257,12 @@ class StructuredSampler(optuna.samplers.BaseSampler):
             log_best = np.maximum(log_best, np.max(running, axis=0))
         noise = C.LAUNCH_NOISE_SD * model.noise_scale  # a launch measures its configuration's value this far off
         score = np.full(allowed.shape, -1.0)
-        ei_all = np.zeros(allowed.shape)
-        ei_plain = np.zeros(allowed.shape)
         mean = np.zeros(allowed.shape)
         for a in range(0, n_tree, TREE_CHUNK):
             b = min(n_tree, a + TREE_CHUNK)
             y = draws.block(a, b)
             mean[a:b] = y[:, :, 0]
-            ei = np.clip(np.exp(y - log_best) - 1.0, 0.0, MAX_GAIN).mean(axis=-1)
-            ei_plain[a:b] = ei
-            ei_all[a:b] = revealed_gain(ei, y.std(axis=-1), noise)  # the stop rule's measure
+            ei = expected_gain(y, log_best)
             score[a:b] = np.where(allowed[a:b], ei * p_ok[a:b] * near[a:b], -1.0)
         top = float(score.max())
         if top <= 1e-12:  # confident: nothing is expected to beat the best; take the best predicted mean
@@ -275,16 +271,17 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         flat = np.flatnonzero(score >= top - 1e-12)
         i, j = np.unravel_index(int(self._rng.choice(flat)), score.shape)
         i, j = int(i), int(j)
-        self.last_expected_gain = float(ei_all[i, j])
+        y = draws.at(i, j)
+        promised = float(expected_gain(y, log_best))
+        self.last_expected_gain = float(revealed_gain(promised, np.std(y), noise))  # the stop rule's measure
         below = self._stop_below_gain is not None and self.last_expected_gain < self._stop_below_gain
         self._low_gain_asks = self._low_gain_asks + 1 if below else 0
-        y = draws.at(i, j)
         info = {
             PREDICTED: round(math.exp(model.mean_log_tps(i, j)), 3),
             C.PRED_LOG_SD: round(math.hypot(float(np.std(y)), noise), 5),
             C.P_IMPROVE: round(float(np.mean(ndtr((y - log_best) / noise))), 4),
-            EXPECTED_GAIN: round(float(ei_all[i, j]), 5),
-            C.PROMISED_GAIN: round(float(ei_plain[i, j]), 5),
+            EXPECTED_GAIN: round(self.last_expected_gain, 5),
+            C.PROMISED_GAIN: round(promised, 5),
             P_FEASIBLE: round(float(p_ok[i, j]), 3),
             ADAPTIVE: self.adaptive,
             C.CHOOSER: C.MODEL,
@@ -319,6 +316,12 @@ def fit_model(
         adaptive = adaptive_settings is True
     model = ThroughputModel(table, concurrency, tp, adaptive, car_always_off=pcie_only).fit(obs)
     return model, adaptive, pcie_only
+
+
+def expected_gain(y: np.ndarray, log_best: np.ndarray) -> np.ndarray:
+    """Expected improvement over the bar, per configuration: posterior draws of log tok/s on the last axis, each
+    improvement capped at ``MAX_GAIN``."""
+    return np.clip(np.exp(y - log_best) - 1.0, 0.0, MAX_GAIN).mean(axis=-1)
 
 
 def revealed_gain(expected_gain: np.ndarray, spread: np.ndarray, noise: float) -> np.ndarray:
