@@ -182,8 +182,7 @@ class Confirmer:
         self.launches = 0
         self.stopping = False
         self.confirming = True  # the live display shows confirmation relaunches, not trials
-        self.min_df = MIN_DF
-        self.prior_is_floor = True
+        self.noise_known = False  # whether the host's noise was stored by an earlier study (``_sequential``)
         self.t0 = time.time()
         self.active: dict[int, Any] = {}  # number -> (item, host), with .candidate for the display
         self.host_phase: dict[str, tuple[str, int | None, float]] = {}
@@ -311,11 +310,7 @@ class Confirmer:
         if ident is not None:  # a study from before the host's noise was stored: take it now
             hostnoise.adopt(self.study, self.cfg.studies_dir, ident)
         prior, prior_text = hostnoise.prior(self.study)
-        # a stated prior alone decides nothing: on a host whose noise is not known, the launches must have measured
-        # it (MIN_DF degrees of freedom) before a comparison is settled; a known host's stored noise is enough
-        known = isinstance(self.study.user_attrs.get(hostnoise.HOST_NOISE), dict)
-        self.min_df = 0 if known else MIN_DF
-        self.prior_is_floor = not known  # a stated prior only ever raises a measured noise (verdict.pool)
+        self.noise_known = isinstance(self.study.user_attrs.get(hostnoise.HOST_NOISE), dict)
         margin = self.cfg.confirm.margin_pct / 100.0
         done_runs = runs_of(self.study, plan["id"])
         next_round = 1 + max((int(r["round"]) for r in done_runs), default=-1)
@@ -340,15 +335,18 @@ class Confirmer:
         return self._decide(arms_from(self.study), prior, margin, more)
 
     def _decide(self, arms: list[Arm], prior: tuple[float, int], margin: float, more: int) -> Verdict:
-        """The sequential verdict: unpaired, with the noise prior as this host allows (``_sequential``)."""
+        """The sequential verdict: unpaired, with the noise prior as this host allows. On a host whose noise is not
+        known the prior is a stated one: it decides nothing alone (the launches must have measured the noise with
+        MIN_DF degrees of freedom before a comparison is settled) and only ever raises a measured noise
+        (``verdict.pool``); a known host's stored noise is enough, and is pooled both ways."""
         return decide(
             arms,
             prior=prior,
             margin=margin,
             paired=False,
             more=more,
-            min_df=self.min_df,
-            prior_is_floor=self.prior_is_floor,
+            min_df=0 if self.noise_known else MIN_DF,
+            prior_is_floor=not self.noise_known,
         )
 
     def _open_arms(

@@ -168,6 +168,11 @@ def diff(a: Arm, b: Arm, confidence: float = CONFIDENCE) -> Interval:
     return Interval(mean, mean - half, mean + half, min(len(la), len(lb)))
 
 
+def two_sided(one_sided: float) -> float:
+    """The level of a two-sided interval whose ends are one-sided bounds at ``one_sided`` (0.95 -> 0.9)."""
+    return round(2 * one_sided - 1, 6)
+
+
 def settle(
     winner: Arm,
     others: Sequence[Arm],
@@ -186,7 +191,7 @@ def settle(
     ``confidence``; the futility projection uses the normal quantile (it errs towards another round). With
     ``can_settle`` false (the noise is not measured well enough yet) nothing is settled: every comparison is open
     while launches are left."""
-    two = 2 * confidence - 1  # a two-sided interval at this level has one-sided bounds at ``confidence``
+    two = two_sided(confidence)
     m = math.log(1 + margin)
     z = float(_st.norm.ppf(confidence))
     open_: list[Arm] = []
@@ -245,12 +250,16 @@ class Verdict:
     margin: float = PREFER_CHEAPER_WITHIN
     level: float = CONFIDENCE  # of the intervals (two-sided); unpaired: the level of settle's one-sided bounds
 
+    def judged(self, a: Arm) -> Arm:
+        """An arm as the verdict weighs it: the winner on its relaunches only (``Arm.relaunched``)."""
+        return a.relaunched() if a is self.winner else a
+
     def gain_of(self, a: Arm, base: Arm) -> Interval:
-        return ratio(a, base) if self.paired else diff(a.relaunched() if a is self.winner else a, base, self.level)
+        return ratio(a, base) if self.paired else diff(self.judged(a), base, self.level)
 
     def as_dict(self) -> dict[str, Any]:
         def arm(a: Arm) -> dict[str, Any]:
-            iv = (a.relaunched() if a is self.winner else a).interval(self.level)
+            iv = self.judged(a).interval(self.level)
             base = next((b for b in self.arms if b.baseline), None)
             g = self.gain_of(a, base) if base is not None and base.values and not a.baseline else None
             return {
@@ -333,7 +342,7 @@ def decide(
     sigma, pooled_df = pool((noise, df), prior, floor=prior_is_floor)
     for a in arms:
         a.pooled = (sigma, pooled_df) if sigma is not None else None
-    level = CONFIDENCE if paired else round(2 * CONFIDENCE - 1, 6)
+    level = CONFIDENCE if paired else two_sided(CONFIDENCE)
     lines: list[str] = []
     if not cands:
         return Verdict(
