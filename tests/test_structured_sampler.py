@@ -169,6 +169,44 @@ def test_failure_model_learns_out_of_memory_boundary_and_a_fatal_setting():
     assert p[other_tree, ring] == pytest.approx(1.0)
 
 
+def test_out_of_memory_that_contradicts_one_size_boundary_still_rules_out_larger_trees():
+    """A machine whose memory runs out at 9 draft tokens whatever the steps: a 6-step tree with 8 draft tokens
+    served while a 2-step tree with 9 (a smaller steps x topk + draft tokens) ran out, so no boundary on that size
+    fits. Before, only the exact sizes that failed were then blamed, and the search walked the draft tokens down
+    one launch at a time (ten launches out of memory in a row on an out-of-family landscape). Now the boundary is
+    sought on the draft tokens alone, and every tree at least as large in all three as a failure is ruled out."""
+    space = parse_space(SPACE, "small.yaml")
+    table = build_table(space)
+    j0 = table.other_values.index(table.default_other)
+    row = {tuple(int(x) for x in t): i for i, t in enumerate(table.trees)}
+    served, failed = row[(6, 2, 8)], row[(2, 4, 9)]
+    p = feasible_probability(table, [Failure(failed, j0, "oom")], served=[(served, j0)])
+    assert p[row[(3, 4, 10)], j0] < 0.05  # more of everything than the failure
+    assert p[row[(4, 2, 9)], j0] < 0.05  # the same draft tokens: the boundary on draft tokens explains both launches
+    assert p[row[(6, 4, 12)], j0] < 0.05
+    assert p[row[(6, 2, 7)], j0] == pytest.approx(1.0)  # fewer draft tokens than a tree that served
+
+
+def test_the_launch_noise_read_from_the_residuals_counts_the_parameters_the_fit_spent():
+    """Launches scattered by 12 % (log scale) around a known landscape: the residuals of a fit with a few dozen
+    weights are smaller than the noise, by as much as the fit bent to it. Corrected by the fit's effective number of
+    parameters (not a fixed three), the noise the model reads is within a quarter of the truth."""
+    space = parse_space(SPACE, "small.yaml")
+    table = build_table(space)
+    L, step_ms, factor = _synthetic_truth(table)
+    tps = L[:, None] / (step_ms[:, None] * factor[None, :]) * 1000
+    valid = list(zip(*np.nonzero(table.valid & table.spec[:, None])))
+    read = []
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        seen = [valid[k] for k in rng.choice(len(valid), size=10, replace=False)]
+        obs = [
+            Observation(int(i), int(j), float(tps[i, j] * math.exp(rng.normal(0, 0.12))), float(L[i])) for i, j in seen
+        ]
+        read.append(ThroughputModel(table, concurrency=1, tp_size=8).fit(obs).launch_noise)
+    assert 0.09 < float(np.sqrt(np.mean(np.square(read)))) < 0.15, read
+
+
 def _study_with(space, sampler, outcomes):
     """A study whose trials are the given (params, tok/s, accept length) launches, recorded as the driver does."""
     study = optuna.create_study(direction="maximize", sampler=sampler)

@@ -4,7 +4,10 @@ Failures are explained by hypotheses with prior weights; launches that served ru
 candidate's chance of failing is the posterior weight of the hypotheses that cover it.
 - Out of memory: one boundary on the draft tree's size (steps x topk + draft tokens), anywhere between the
   smallest tree and the smallest tree that ran out of memory, and above every tree that served. One failure at a
-  huge tree therefore also warns, less strongly, about large trees below it.
+  huge tree therefore also warns, less strongly, about large trees below it. Where a tree served above the size
+  of one that ran out, the boundary is sought on the draft tokens alone, then on steps x topk (``OOM_SIZES``).
+  Whatever the boundary, a tree at least as large in steps, topk and draft tokens as one that ran out fails:
+  memory grows with each of them.
 - Any other failure (graph capture, crash while serving, NCCL hang), per failed launch: a region of trees at least
   as wide (topk) and as full (draft tokens) as some threshold at or below the failed tree's; or one of the failed
   launch's non-default settings alone (``NCCL_ALGO=Tree``) or two of them together (``LL128`` with ``Tree``); or
@@ -23,6 +26,13 @@ import numpy as np
 from .candidates import CandidateTable
 
 NO_BOUNDARY = 0.3  # prior chance that no tree of the space runs out of memory
+#: the sizes a memory boundary may lie on, in turn: the draft tree's nodes and tokens, then the draft tokens alone
+#: (the verify pass's memory), then steps x topk (the drafter's)
+OOM_SIZES = (
+    lambda trees: trees[:, 0] * trees[:, 1] + trees[:, 2],
+    lambda trees: trees[:, 2],
+    lambda trees: trees[:, 0] * trees[:, 1],
+)
 BLAME = 0.97  # how sure a hypothesis that covers a candidate makes us that it fails
 #: prior weight of each family of explanations of a failure other than out-of-memory
 TREE_FAMILY, SETTING_FAMILY, EXACT_FAMILY = 0.45, 0.45, 0.10
@@ -40,12 +50,11 @@ def feasible_probability(table: CandidateTable, failures: list[Failure], served:
     n_tree, n_other = table.valid.shape
     p = np.ones((n_tree, n_other))
     spec = table.spec
-    steps, topk, draft = table.trees[:, 0], table.trees[:, 1], table.trees[:, 2]
-    size = steps * topk + draft
+    topk, draft = table.trees[:, 1], table.trees[:, 2]
     served_trees = np.array([i for i, _ in served], dtype=int)
     served_sets = np.array([j for _, j in served], dtype=int)
     ooms = [f for f in failures if f.kind == "oom" and spec[f.i]]
-    p *= (1.0 - BLAME * _oom_fail_probability(size, spec, ooms, served_trees))[:, None]
+    p *= (1.0 - BLAME * _oom_fail_probability(table.trees, spec, ooms, served_trees))[:, None]
     settings = np.array(table.other_values, dtype=object).reshape(n_other, -1)
     for f in failures:
         if f.kind == "oom" and spec[f.i]:
@@ -81,11 +90,26 @@ def feasible_probability(table: CandidateTable, failures: list[Failure], served:
 
 
 def _oom_fail_probability(
-    size: np.ndarray, spec: np.ndarray, ooms: list[Failure], served_trees: np.ndarray
+    trees: np.ndarray, spec: np.ndarray, ooms: list[Failure], served_trees: np.ndarray
 ) -> np.ndarray:
-    """P(size >= boundary) per tree. Prior on the boundary: over the tree sizes the space holds, in proportion to
-    the size (memory runs out at large trees more often than at small ones), with NO_BOUNDARY left for a machine
-    where every tree fits. Before any evidence this already discounts the largest trees a little."""
+    """P(size >= boundary) per tree, for the first of ``OOM_SIZES`` the launches do not contradict (module doc),
+    and 1 for a tree at least as large in steps, topk and draft tokens as one that ran out (memory grows with each
+    of them, whatever the boundary's form)."""
+    dominates = np.any([np.all(trees >= trees[f.i], axis=1) for f in ooms], axis=0) if ooms else np.zeros(len(trees))
+    for measure in OOM_SIZES:
+        p = _boundary_probability(measure(trees), spec, ooms, served_trees)
+        if p is not None:
+            return np.maximum(p, dominates * spec)
+    return dominates.astype(float) * spec
+
+
+def _boundary_probability(
+    size: np.ndarray, spec: np.ndarray, ooms: list[Failure], served_trees: np.ndarray
+) -> np.ndarray | None:
+    """P(size >= boundary) per tree, or None where a tree served above the size of one that ran out. Prior on the
+    boundary: over the sizes the space holds, in proportion to the size (memory runs out at large trees more often
+    than at small ones), with NO_BOUNDARY left for a machine where every tree fits. Before any evidence this
+    already discounts the largest trees a little."""
     levels = np.unique(size[spec])
     if levels.size == 0:
         return np.zeros(len(size))
@@ -98,8 +122,8 @@ def _oom_fail_probability(
     if served_spec.size:
         post[levels <= size[served_spec].max()] = 0.0
     total = post.sum() + beyond
-    if total == 0:  # inconsistent (a tree served above one that ran out): blame only the failed sizes
-        return np.isin(size, [size[f.i] for f in ooms]).astype(float) * spec
+    if total == 0:
+        return None
     cdf = np.cumsum(post) / total
     idx = np.searchsorted(levels, size, side="right") - 1
     return np.where(spec & (idx >= 0), cdf[np.clip(idx, 0, None)], 0.0)

@@ -124,6 +124,12 @@ class BayesLinear:
         z = np.linalg.solve(L, y - X @ self.prior_mean)
         return float(-0.5 * z @ z - np.log(np.diag(L)).sum() - 0.5 * len(y) * math.log(2 * math.pi))
 
+    def effective_parameters(self, X: np.ndarray, noise_sd: np.ndarray) -> float:
+        """How many parameters the fit spent on the data (the trace of its hat matrix, between 0 and the number of
+        weights): the residuals' degrees of freedom are the observations less this many."""
+        w = 1.0 / np.asarray(noise_sd, dtype=float) ** 2
+        return float(np.sum((X @ self.cov) * X * w[:, None]))
+
     def residual_sd(self, X: np.ndarray, y: np.ndarray) -> float:
         if len(y) < 2:
             return 0.0
@@ -266,7 +272,7 @@ class ThroughputModel:
         base = self.steps[0].fit(X, y, n)
         # launch-to-launch noise larger than assumed: widen the noise and refit, so one lucky launch can't dominate
         if len(y) >= 6:
-            sd = base.residual_sd(X, y) * math.sqrt(len(y) / max(1, len(y) - 3))
+            sd = base.residual_sd(X, y) * math.sqrt(len(y) / max(1.0, len(y) - base.effective_parameters(X, n)))
             self.noise_scale = max(1.0, sd / STEP_NOISE_SD)
             if self.noise_scale > 1.2:
                 n = n * self.noise_scale
