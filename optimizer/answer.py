@@ -104,7 +104,12 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
     if confirmed and alternatives:
         why = (
             f"confirmed over {winner.get('launches')} launches each: the configurations listed are equivalent "
-            "within the launch noise and this is the cheapest of them (fewer steps, then fewer draft tokens)"
+            "within the launch noise and "
+            + (
+                "share one tree; this is the fastest of them"
+                if conf.get("picked") == "fastest"  # type: ignore[union-attr]
+                else "this is the cheapest of them (fewer steps, then fewer draft tokens)"
+            )
         )
     elif confirmed:
         why = f"confirmed over {winner.get('launches')} launches: the fastest configuration of the confirmation"

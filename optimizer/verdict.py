@@ -281,6 +281,12 @@ class Verdict:
             "winner": None if self.winner is None else arm(self.winner),
             "fastest_trial": None if self.fastest is None else self.fastest.trial,
             "equivalent_trials": [a.trial for a in self.equivalent],
+            # how the winner was picked from its equivalent group: the cheapest tree, or the fastest of one tree
+            "picked": None
+            if self.winner is None
+            else "fastest"
+            if all(a.cost == self.winner.cost for a in self.equivalent)
+            else "cheapest",
             "significant_gain": self.significant,
             "launch_noise": self.noise,
             "launch_noise_df": self.noise_df,
@@ -381,7 +387,11 @@ def decide(
                 [f"{winner.label} ({_tps(wiv, level)})"]
                 + [f"{a.label} ({_tps(a.interval(level), level)})" for a in others]
             )
-            + f"; the cheapest ({winner.label}: {winner.cost[0]} steps, {winner.cost[1]} draft tokens) is exported"
+            + (
+                f"; the cheapest ({winner.label}: {winner.cost[0]} steps, {winner.cost[1]} draft tokens) is exported"
+                if any(a.cost != winner.cost for a in others)
+                else f"; they share one tree, and the fastest ({winner.label}) is exported"
+            )
         )
     elif len(ranked) > 1:
         r = ratio(ranked[1], fastest) if paired else diff(ranked[1], judged, level)

@@ -97,3 +97,38 @@ def test_the_sequential_verdicts_lines_say_what_was_decided():
     assert not any("equivalent within the noise" in line or "no significant gain" in line for line in v.lines)
     assert any(line.startswith("gain over the baseline +9.4% (90% CI") for line in v.lines)
     assert v.as_dict()["interval_level"] == 0.9
+
+
+def test_a_group_that_shares_one_tree_exports_its_fastest_and_says_so():
+    """Two equivalent configurations of one tree (NCCL settings apart): the faster is exported. The lines said "the
+    cheapest of them (fewer steps, then fewer draft tokens)", which is no reason where the trees are the same; the
+    README's own demo printed it."""
+    import optuna
+
+    from optimizer.answer import study_answer
+    from optimizer.study import records as R
+
+    base = seq_arm("baseline", [100, 101], cost=(0, 0, 0), baseline=True, trial=0)
+    ring = seq_arm("trial 1", [109, 108], cost=(2, 3, 1), trial=1)
+    plain = seq_arm("trial 2", [108, 109], cost=(2, 3, 1), trial=2)
+    v = decide([base, ring, plain], prior=(0.05, 2), paired=False)
+    assert len(v.equivalent) == 2, v.lines
+    line = next(line for line in v.lines if line.startswith("equivalent within the noise"))
+    assert "they share one tree, and the fastest" in line and "cheapest" not in line
+    assert v.as_dict()["picked"] == "fastest"
+
+    study = optuna.create_study(direction="maximize")
+    for n, value in enumerate((100.0, 109.0, 108.0)):
+        attrs = {R.CONFIG: f"config {n}", R.OUTCOME: R.COMPLETE, R.LAUNCHED: True}
+        if n == 0:
+            attrs[R.BASELINE] = True
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs=attrs))
+    study.set_user_attr(R.CONFIRM_RESULT, v.as_dict())
+    why = study_answer(study)["why"]
+    assert "share one tree; this is the fastest of them" in why and "cheapest" not in why
+
+    # different trees: the cheaper is exported, as before
+    small = seq_arm("trial 2", [108, 109], cost=(1, 2, 1), trial=2)
+    v = decide([base, ring, small], prior=(0.05, 2), paired=False)
+    assert v.as_dict()["picked"] == "cheapest"
+    assert any("the cheapest (trial 2" in line for line in v.lines)
