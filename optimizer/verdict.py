@@ -173,6 +173,12 @@ def two_sided(one_sided: float) -> float:
     return round(2 * one_sided - 1, 6)
 
 
+def picked(winner: Arm, group: Sequence[Arm]) -> str:
+    """How the winner was picked from its equivalent group: "cheapest" (the group holds other trees) or "fastest"
+    (every configuration of the group shares the winner's tree)."""
+    return "fastest" if all(a.cost == winner.cost for a in group) else "cheapest"
+
+
 def settle(
     winner: Arm,
     others: Sequence[Arm],
@@ -281,12 +287,7 @@ class Verdict:
             "winner": None if self.winner is None else arm(self.winner),
             "fastest_trial": None if self.fastest is None else self.fastest.trial,
             "equivalent_trials": [a.trial for a in self.equivalent],
-            # how the winner was picked from its equivalent group: the cheapest tree, or the fastest of one tree
-            "picked": None
-            if self.winner is None
-            else "fastest"
-            if all(a.cost == self.winner.cost for a in self.equivalent)
-            else "cheapest",
+            "picked": None if self.winner is None else picked(self.winner, self.equivalent),
             "significant_gain": self.significant,
             "launch_noise": self.noise,
             "launch_noise_df": self.noise_df,
@@ -389,7 +390,7 @@ def decide(
             )
             + (
                 f"; the cheapest ({winner.label}: {winner.cost[0]} steps, {winner.cost[1]} draft tokens) is exported"
-                if any(a.cost != winner.cost for a in others)
+                if picked(winner, group) == "cheapest"
                 else f"; they share one tree, and the fastest ({winner.label}) is exported"
             )
         )
