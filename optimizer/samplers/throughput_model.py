@@ -34,7 +34,10 @@ become worth a launch; and how much the settings matter is learned: the step tim
 of their effects (``SETTING_SCALES``) and the fits are averaged, each weighted by its evidence (the marginal
 likelihood of the launches under that scale). On the Kimi PCIe TP 8 profile this cut the restarts to 98 % from
 8.5 / 14 to 5.5 / 10.2 (median / p90); on generated machines where the settings matter little it cost restarts
-(README, Benchmarks), which is why it waits for those signs.
+(README, Benchmarks), which is why it waits for those signs. The scale widens the single settings' effects only: a
+pair's extra effect (LL with Ring) keeps its own prior, so a single launch of a combination cannot carry it far
+from what its settings measured apart (scaled too, on four hosts at 3 % launch noise the search's answer followed
+one lucky combination and was within 2 % of Kimi's optimum in 39 of 60 runs; unscaled, in 50; docs/answer.md).
 """
 
 from __future__ import annotations
@@ -186,10 +189,16 @@ class ThroughputModel:
         self.accept = BayesLinear(acc_mean, acc_sd)
         # one step-time regression per prior scale of the settings' effects, averaged by evidence (module doc)
         scales = SETTING_SCALES if tp_size > 1 and adaptive_settings else (1.0,)
-        setting_sd = np.concatenate([sd_main * main_scale, np.full(npair, sd_pair), sd_spec * main_scale])
         main_mean = np.where(idle, 0.0, main_mean)
         prior_mean = np.concatenate([tree_mean, main_mean, np.zeros(npair + nm)])
-        self.steps = [BayesLinear(prior_mean, np.concatenate([tree_sd, setting_sd * s])) for s in scales]
+        # the scale widens the single settings' effects; a pair's extra effect keeps its own prior (module doc)
+        self.steps = [
+            BayesLinear(
+                prior_mean,
+                np.concatenate([tree_sd, sd_main * main_scale * s, np.full(npair, sd_pair), sd_spec * main_scale * s]),
+            )
+            for s in scales
+        ]
         self.step_weights = np.full(len(scales), 1.0 / len(scales))
         self.step_mean = prior_mean  # the weighted posterior mean of the step-time weights, set by fit
         self.noise_scale = 1.0
