@@ -12,7 +12,10 @@ By default the confirmation is sequential (``confirm.sequential``): ``rounds`` i
 ``confirm.margin_pct``, or no gain worth having over the baseline); it stops as soon as it is. The search's own
 launches count: the baseline's launch and its relaunches, and the single launch of every configuration but the
 study's best, whose launch was selected for being the highest and is left out of its estimate (so it is not biased
-upwards; the runners-up's launches read high too, which only makes the winner harder to declare). A round
+upwards; the runners-up's launches read high too, which only makes the winner harder to declare). The study's
+best is the search's answer (its model's estimate pools every launch), and it stays the winner until the relaunches
+settle a comparison against it: an undecided confirmation exports it, not whichever configuration a few noisy
+relaunches ranked first. A round
 relaunches only the configurations still in an open comparison (the study's best always in the first round): one
 the search's launches already separate is not relaunched. A round's relaunches run side by side on idle hosts.
 The noise starts from the host's stored noise (``optimizer.study.hostnoise``), else a stated prior, pooled with
@@ -249,7 +252,7 @@ class Confirmer:
                 }
             )
             cands.append(c)
-        for k, t in enumerate(candidates(self.study, top)):
+        for k, t in enumerate(self._confirmed_trials(top)):
             c = self.space.candidate(t.params)
             arms.append(
                 {
@@ -267,6 +270,14 @@ class Confirmer:
             cands.append(c)
         ident = hashlib.sha1(json.dumps(arms, sort_keys=True, default=str).encode()).hexdigest()[:12]
         return {"id": ident, "rounds": rounds, "sequential": sequential, "arms": arms}, cands
+
+    def _confirmed_trials(self, top: int) -> list[optuna.trial.FrozenTrial]:
+        """The search's answer (its model's estimate, ``records.search_answer``) first, then the fastest single
+        launches, ``top`` in all. The first is the study's best the plan marks as selected."""
+        ranked = candidates(self.study, len(self.study.trials))
+        answer = R.search_answer(self.study)
+        first = [t for t in ranked if answer is not None and t.number == answer.number]
+        return (first + [t for t in ranked if t not in first])[:top]
 
     # ------------------------------------------------------------------ run
     def run(self, rounds: int, top: int) -> Verdict | None:
@@ -338,7 +349,10 @@ class Confirmer:
         """The sequential verdict: unpaired, with the noise prior as this host allows. On a host whose noise is not
         known the prior is a stated one: it decides nothing alone (the launches must have measured the noise with
         MIN_DF degrees of freedom before a comparison is settled) and only ever raises a measured noise
-        (``verdict.pool``); a known host's stored noise is enough, and is pooled both ways."""
+        (``verdict.pool``); a known host's stored noise is enough, and is pooled both ways. The plan's selected arm
+        (the search's answer) stands as the winner while nothing is decided (``verdict.decide``'s ``standing``)."""
+        plan = self.study.user_attrs.get(PLAN_ATTR) or {}
+        selected = [a for a, spec in zip(arms, plan.get("arms") or []) if spec.get("selected")]
         return decide(
             arms,
             prior=prior,
@@ -347,6 +361,7 @@ class Confirmer:
             more=more,
             min_df=0 if self.noise_known else MIN_DF,
             prior_is_floor=not self.noise_known,
+            standing=selected[0] if selected else None,
         )
 
     def _open_arms(

@@ -86,6 +86,24 @@ def test_a_runner_up_is_not_made_the_winner_by_its_own_search_launch():
     assert any(line.startswith("confirmed best: trial 2") and "1 launches" in line for line in v.lines)
 
 
+def test_the_search_answer_stands_until_the_relaunches_overturn_it():
+    """Undecided, the search's answer (the study's best the plan selected) stays the winner even where another
+    configuration measured a little faster; once the relaunches settle that the other is faster, it wins."""
+    base = seq_arm("baseline", [91], evidence=[90], cost=(0, 0, 0), baseline=True)
+    answer = seq_arm("trial 1", [100], trial=1)
+    other = seq_arm("trial 2", [102], evidence=[101], trial=2)
+    v = decide([base, answer, other], prior=(0.05, 30), paired=False, more=2, standing=answer)
+    assert v.decided is None and v.winner is answer and any(a is other for a in [*v.open, *v.apart])
+    assert v.lines[0].startswith("confirmed best: trial 1") and "did not overturn" in v.lines[0]
+    assert any(line.startswith("trial 2 measured fastest") for line in v.lines)
+    assert decide([base, answer, other], prior=(0.05, 30), paired=False, more=2).winner is other  # ranked alone
+
+    answer = seq_arm("trial 1", [100, 99, 101, 100], trial=1)
+    other = seq_arm("trial 2", [120, 121, 119, 120], evidence=[121], trial=2)
+    v = decide([base, answer, other], prior=(0.02, 30), paired=False, standing=answer)
+    assert v.decided == "winner" and v.winner is other  # settled: the relaunches overturned it
+
+
 def test_the_sequential_verdicts_lines_say_what_was_decided():
     # decided at one-sided 95 %: the winner beats trial 2 and gains over the baseline. The lines must not call the
     # two "equivalent within the noise" or the gain "not significant" (two-sided 95 % intervals said both)
