@@ -370,32 +370,25 @@ def decide(
     # launches "equivalent" spans several per cent, and a cheaper tree is no bargain at 5 % less speed.
     near = [a for a in group if a.tok_per_s.mean >= fastest.tok_per_s.mean + math.log(1 - PREFER_CHEAPER_WITHIN)]
     winner = min(near, key=lambda a: (a.cost, -a.tok_per_s.mean))
-    judged = winner.relaunched()  # ranked on every launch, judged on its relaunches (Arm.relaunched)
     has_base = base is not None and bool(base.values)
-    gain = (ratio(winner, base) if paired else diff(judged, base, level)) if has_base else None  # type: ignore[arg-type]
-    significant = None if gain is None or not gain.known else (gain.lo > 0)  # type: ignore[operator]
-    open_, apart, decided = settle(
-        judged,
-        [a for a in cands if a is not winner],
-        base if has_base else None,
-        margin,
-        more=more,
-        can_settle=df >= min_df,
-    )
-    kept = not paired and decided is None and standing is not None and standing is not winner and standing in cands
+
+    def judge(w: Arm) -> tuple[Arm, Interval | None, bool | None, list[Arm], list[Arm], str | None]:
+        judged = w.relaunched()  # ranked on every launch, judged on its relaunches (Arm.relaunched)
+        gain = (ratio(w, base) if paired else diff(judged, base, level)) if has_base else None  # type: ignore[arg-type]
+        significant = None if gain is None or not gain.known else (gain.lo > 0)  # type: ignore[operator]
+        others = [a for a in cands if a is not w]
+        return (
+            judged,
+            gain,
+            significant,
+            *settle(judged, others, base if has_base else None, margin, more=more, can_settle=df >= min_df),
+        )
+
+    judged, gain, significant, open_, apart, decided = judge(winner)
+    kept = not paired and decided is None and standing is not winner and any(a is standing for a in cands)
     if kept:  # not decided: the search's answer stands against the ranked winner
         winner = standing  # type: ignore[assignment]
-        judged = winner.relaunched()
-        gain = diff(judged, base, level) if has_base else None  # type: ignore[arg-type]
-        significant = None if gain is None or not gain.known else (gain.lo > 0)  # type: ignore[operator]
-        open_, apart, decided = settle(
-            judged,
-            [a for a in cands if a is not winner],
-            base if has_base else None,
-            margin,
-            more=more,
-            can_settle=df >= min_df,
-        )
+        judged, gain, significant, open_, apart, decided = judge(winner)
     open_ = [winner if a is judged else a for a in open_]
     wiv = judged.interval(level)
     lines.append(
