@@ -11,12 +11,11 @@ By default the confirmation is sequential (``confirm.sequential``): ``rounds`` i
 ``optimizer.verdict.settle`` asks whether the verdict is decided at 95 % (a significant winner, equivalence within
 ``confirm.margin_pct``, or no gain worth having over the baseline); it stops as soon as it is. The search's own
 launches count: the baseline's launch and its relaunches, and the single launch of every configuration but the
-study's best, whose launch was selected for being the highest and is left out of its estimate (so it is not biased
-upwards; the runners-up's launches read high too, which only makes the winner harder to declare). The study's
-best is the search's answer (its model's estimate pools every launch), and it stays the winner until the relaunches
-settle a comparison against it: an undecided confirmation exports it, not whichever configuration a few noisy
-relaunches ranked first. A round
-relaunches only the configurations still in an open comparison (the study's best always in the first round): one
+study's best. The study's best is the search's answer (its model's estimate pools every launch, its own included);
+its launch helped select it and is left out of its estimate (so it is not biased upwards; the runners-up's launches
+were selected for being high and read high too, which only makes the winner harder to declare). It stays the winner
+until the relaunches settle a comparison against it: an undecided confirmation exports it, not whichever
+configuration a few noisy relaunches ranked first. A round relaunches only the configurations still in an open comparison (the study's best always in the first round): one
 the search's launches already separate is not relaunched. A round's relaunches run side by side on idle hosts.
 The noise starts from the host's stored noise (``optimizer.study.hostnoise``), else a stated prior, pooled with
 what the launches show; the measured noise is stored for the host afterwards. Rounds asked later
@@ -262,7 +261,7 @@ class Confirmer:
                     "cost": list(arm_cost(c.flags)),
                     "baseline": False,
                     "study_tok_per_s": t.value,
-                    # the study's best was selected for its launch being the highest: left out of its estimate
+                    # the study's best (the search's answer) was selected partly on its launch: left out of its estimate
                     "selected": k == 0,
                     "evidence": [float(t.value)] if sequential and k > 0 else [],  # type: ignore[arg-type]
                 }
@@ -274,10 +273,10 @@ class Confirmer:
     def _confirmed_trials(self, top: int) -> list[optuna.trial.FrozenTrial]:
         """The search's answer (its model's estimate, ``records.search_answer``) first, then the fastest single
         launches, ``top`` in all. The first is the study's best the plan marks as selected."""
-        ranked = candidates(self.study, len(self.study.trials))
+        ranked = candidates(self.study, len(self.study.get_trials(deepcopy=False)))
         answer = R.search_answer(self.study)
-        first = [t for t in ranked if answer is not None and t.number == answer.number]
-        return (first + [t for t in ranked if t not in first])[:top]
+        ranked.sort(key=lambda t: answer is None or t.number != answer.number)  # stable: the answer first
+        return ranked[:top]
 
     # ------------------------------------------------------------------ run
     def run(self, rounds: int, top: int) -> Verdict | None:

@@ -12,8 +12,8 @@ Confirmation relaunches each configuration (and the baseline) ``n`` times, inter
 - the launch-to-launch noise is the pooled within-configuration spread of log tok/s over all relaunches.
 
 A sequential confirmation (``optimizer.confirm``) also counts the search's own launches (``Arm.evidence``: the
-baseline's, and those of configurations that were not the study's best; the best's single launch was selected for
-being the highest and is left out, so its estimate is not biased upwards), pools the noise with a prior (the
+baseline's, and those of configurations that were not the study's best; the best, the search's answer, was selected
+partly on its single launch, which is left out, so its estimate is not biased upwards), pools the noise with a prior (the
 host's stored noise, or a stated prior where nothing is known: ``NOISE_PRIOR``), compares configurations unpaired
 (``diff``), and stops as soon as every comparison is *settled* at the stated confidence (one-sided):
 
