@@ -251,6 +251,10 @@ class Confirmer:
                 }
             )
             cands.append(c)
+        answer = R.search_answer(self.study)
+        answer_is_base = answer is not None and base is not None and answer.number == base.number
+        if answer_is_base and arms:  # the search's answer is to serve without speculation: it stands (verdict)
+            arms[0]["selected"] = True
         for k, t in enumerate(self._confirmed_trials(top)):
             c = self.space.candidate(t.params)
             arms.append(
@@ -262,8 +266,8 @@ class Confirmer:
                     "baseline": False,
                     "study_tok_per_s": t.value,
                     # the study's best (the search's answer) was selected partly on its launch: left out of its estimate
-                    "selected": k == 0,
-                    "evidence": [float(t.value)] if sequential and k > 0 else [],  # type: ignore[arg-type]
+                    "selected": k == 0 and not answer_is_base,
+                    "evidence": [float(t.value)] if sequential and (k > 0 or answer_is_base) else [],  # type: ignore[arg-type]
                 }
             )
             cands.append(c)
@@ -370,7 +374,7 @@ class Confirmer:
         best counts its own (selected) launch until it has been relaunched; it is always in the first round."""
         arms = arms_from(self.study)
         for a, spec in zip(arms, plan["arms"]):
-            if spec.get("selected") and not a.runs and spec.get("study_tok_per_s"):
+            if spec.get("selected") and not spec.get("baseline") and not a.runs and spec.get("study_tok_per_s"):
                 a.evidence = [float(spec["study_tok_per_s"])]
         v = self._decide(arms, prior, margin, more)
         out = [arms.index(a) for a in v.open]

@@ -104,6 +104,41 @@ def test_the_search_answer_stands_until_the_relaunches_overturn_it():
     assert v.decided == "winner" and v.winner is other  # settled: the relaunches overturned it
 
 
+def test_no_speculation_stands_when_it_is_the_search_answer_until_a_gain_is_significant():
+    """The search's answer was the baseline: a speculative configuration that measured a little faster in a few noisy
+    relaunches does not replace it (Kimi at 20 % launch noise exported a tree at 62 % of the optimum that way); a
+    significant gain does, and no gain worth having decides the verdict."""
+    import optuna
+
+    from optimizer.answer import study_answer
+    from optimizer.study import records as R
+
+    base = seq_arm("baseline", [100, 97], evidence=[99], cost=(0, 0, 0), baseline=True, trial=0)
+    tree = seq_arm("trial 1", [101], evidence=[108], trial=1)
+    v = decide([base, tree], prior=(0.05, 30), paired=False, more=2, standing=base)
+    assert v.winner is base and v.decided is None and tree in v.open
+    assert v.lines[0].startswith("confirmed best: no speculation (baseline)") and "did not overturn" in v.lines[0]
+    assert any(line.startswith("trial 1") and "no significant gain over the baseline" in line for line in v.lines)
+    assert decide([base, tree], prior=(0.05, 30), paired=False, more=2).winner is tree  # without it: the tree
+
+    study = optuna.create_study(direction="maximize")
+    for n, value in enumerate((99.0, 108.0)):
+        attrs = {R.CONFIG: f"config {n}", R.OUTCOME: R.COMPLETE, R.LAUNCHED: True}
+        if n == 0:
+            attrs[R.BASELINE] = True
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs=attrs))
+    study.set_user_attr(R.CONFIRM_RESULT, v.as_dict())
+    ans = study_answer(study)
+    assert ans["trial"] == 0 and "serve without speculation" in ans["verdict"]
+
+    slow = seq_arm("trial 1", [99, 100, 98, 99], evidence=[100], trial=1)
+    v = decide([base, slow], prior=(0.01, 30), paired=False, standing=base)
+    assert v.winner is base and v.decided == "no gain"  # settled: no gain of 2 % or more
+    fast = seq_arm("trial 1", [120, 121, 119, 120], evidence=[121], trial=1)
+    v = decide([base, fast], prior=(0.02, 30), paired=False, standing=base)
+    assert v.winner is fast and v.significant is True  # overturned by a significant gain
+
+
 def test_the_sequential_verdicts_lines_say_what_was_decided():
     # decided at one-sided 95 %: the winner beats trial 2 and gains over the baseline. The lines must not call the
     # two "equivalent within the noise" or the gain "not significant" (two-sided 95 % intervals said both)
