@@ -111,6 +111,11 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
                 else "this is the cheapest of them (fewer steps, then fewer draft tokens)"
             )
         )
+    elif confirmed and best.user_attrs.get(R.BASELINE):
+        why = (
+            f"confirmed over {winner.get('launches')} launches: the search's answer, no speculation, which no "
+            "configuration's relaunches overturned"
+        )
     elif confirmed:
         why = f"confirmed over {winner.get('launches')} launches: the fastest configuration of the confirmation"
     else:
@@ -127,7 +132,12 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
         "confirmed": confirmed,
         "launches": winner.get("launches", 1) if confirmed else 1,
         "verdict": (
-            "no speculative configuration measured above the baseline: serve without speculation"
+            (
+                "no speculative configuration gained significantly over the baseline in the confirmation: "
+                "serve without speculation"
+                if confirmed
+                else "no speculative configuration measured above the baseline: serve without speculation"
+            )
             if best.user_attrs.get(R.BASELINE)
             else gain_verdict(gain, gain_ci, confirmed=confirmed, level=level)
         ),

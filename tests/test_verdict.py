@@ -129,7 +129,8 @@ def test_no_speculation_stands_when_it_is_the_search_answer_until_a_gain_is_sign
         study.add_trial(optuna.trial.create_trial(value=value, user_attrs=attrs))
     study.set_user_attr(R.CONFIRM_RESULT, v.as_dict())
     ans = study_answer(study)
-    assert ans["trial"] == 0 and "serve without speculation" in ans["verdict"]
+    assert ans["trial"] == 0 and ans["confirmed"] and "serve without speculation" in ans["verdict"]
+    assert "no configuration's relaunches overturned" in ans["why"] and "fastest configuration" not in ans["why"]
 
     slow = seq_arm("trial 1", [99, 100, 98, 99], evidence=[100], trial=1)
     v = decide([base, slow], prior=(0.01, 30), paired=False, standing=base)
