@@ -190,3 +190,23 @@ def test_baseline_relaunches_measure_the_launch_noise_for_the_pruner(tmp_path, c
     # a resumed study does not relaunch again
     assert cli.main(["optimize", *args, "--baseline-relaunches", "2", "--trials", "2"]) == 0
     assert "baseline relaunch" not in capsys.readouterr().out
+
+
+def test_no_speculation_is_confirmed_when_the_search_answered_it(tmp_path, capsys):
+    """Sequential: the study's only speculative configuration measured below the baseline, so the search answered
+    "no speculation"; the confirmation keeps that answer (no significant gain overturned it) and the export, the
+    summary and the terminal all say to serve without speculation."""
+    eagle = {"speculative-algorithm": "EAGLE", "speculative-num-steps": 3, "speculative-eagle-topk": 1}
+    path = study_file(tmp_path, [eagle], noise=0.03, top=2, sequential=True)
+    assert cli.main(["optimize", "--config", str(path), "--executor", "thread", "--plain"]) == 0
+    out = capsys.readouterr().out
+    study = load(tmp_path)
+    base = next(t for t in study.trials if t.user_attrs.get("baseline"))
+    plan = study.user_attrs[PLAN_ATTR]
+    assert [a["baseline"] for a in plan["arms"] if a.get("selected")] == [True]  # the baseline stands
+    result = study.user_attrs[RESULT_ATTR]
+    assert result["winner"]["trial"] == base.number and result["winner"]["baseline"]
+    assert "confirmed best: no speculation (baseline)" in out
+    s = summary(tmp_path)
+    assert s["best"]["trial"] == base.number and not any("speculative" in k for k in s["best"]["flags"])
+    assert "serve without speculation" in s["answer"]["verdict"]
