@@ -255,7 +255,7 @@ class Confirmer:
         answer_is_base = answer is not None and base is not None and answer.number == base.number
         if answer_is_base and arms:  # the search's answer is to serve without speculation: it stands (verdict)
             arms[0]["selected"] = True
-        for k, t in enumerate(self._confirmed_trials(top)):
+        for k, t in enumerate(self._confirmed_trials(top, answer)):
             c = self.space.candidate(t.params)
             arms.append(
                 {
@@ -274,11 +274,10 @@ class Confirmer:
         ident = hashlib.sha1(json.dumps(arms, sort_keys=True, default=str).encode()).hexdigest()[:12]
         return {"id": ident, "rounds": rounds, "sequential": sequential, "arms": arms}, cands
 
-    def _confirmed_trials(self, top: int) -> list[optuna.trial.FrozenTrial]:
+    def _confirmed_trials(self, top: int, answer: optuna.trial.FrozenTrial | None) -> list[optuna.trial.FrozenTrial]:
         """The search's answer (its model's estimate, ``records.search_answer``) first, then the fastest single
         launches, ``top`` in all. The first is the study's best the plan marks as selected."""
         ranked = candidates(self.study, len(self.study.get_trials(deepcopy=False)))
-        answer = R.search_answer(self.study)
         ranked.sort(key=lambda t: answer is None or t.number != answer.number)  # stable: the answer first
         return ranked[:top]
 

@@ -386,7 +386,10 @@ def decide(
 
     judged, gain, significant, open_, apart, decided = judge(winner)
     if not paired and has_base and standing is base and significant is not True:
-        return _baseline_stands(arms, base, cands, winner, gain, (noise, df), margin, more, df >= min_df, level)  # type: ignore[arg-type]
+        assert base is not None  # has_base
+        return _baseline_stands(
+            arms, base, cands, winner, fastest, gain, (noise, df), margin, more, df >= min_df, level
+        )
     kept = not paired and decided is None and standing is not winner and any(a is standing for a in cands)
     if kept:  # not decided: the search's answer stands against the ranked winner
         winner = standing  # type: ignore[assignment]
@@ -436,6 +439,7 @@ def _baseline_stands(
     base: Arm,
     cands: list[Arm],
     ranked: Arm,
+    fastest: Arm,
     gain: Interval | None,
     measured: tuple[float | None, int],
     margin: float,
@@ -463,7 +467,6 @@ def _baseline_stands(
     noise, df = measured
     if noise is not None:
         lines.append(f"launch-to-launch noise {noise:.1%} (pooled over {df} degrees of freedom)")
-    fastest = max(cands, key=lambda a: a.tok_per_s.mean)
     return Verdict(
         arms,
         base,
