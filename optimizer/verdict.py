@@ -194,12 +194,13 @@ def settle(
     that ``more`` further launches each could not settle even if their means held (futility: the top
     configurations cannot be told apart within the ceiling; with ``more`` 0, every comparison not settled), and
     ``kind`` when every comparison is settled: "winner", "equivalent" or "no gain". One-sided bounds at
-    ``confidence``; the futility projection uses the normal quantile (it errs towards another round). With
+    ``confidence``; the futility projection applies the same test, with the t quantile at the degrees of freedom the
+    pooled noise would have after those launches (the normal quantile, as before, erred towards another round: on
+    Kimi it cost 0.2-0.6 relaunches a study, and 2 of 240 runs exported another answer for them, docs/answer.md). With
     ``can_settle`` false (the noise is not measured well enough yet) nothing is settled: every comparison is open
     while launches are left."""
     two = two_sided(confidence)
     m = math.log(1 + margin)
-    z = float(_st.norm.ppf(confidence))
     open_: list[Arm] = []
     apart: list[Arm] = []
     equivalent = False
@@ -208,7 +209,9 @@ def settle(
         if more <= 0 or a.pooled is None or not iv.n:
             return False
         na, nb = len(a.values) + more, len(b.values) + more
-        half = z * a.pooled[0] * math.sqrt(1 / na + 1 / nb)
+        # the test it projects: the t quantile at the degrees of freedom the noise would have by then (at least)
+        q = float(_st.t.ppf(confidence, a.pooled[1] + 2 * more))
+        half = q * a.pooled[0] * math.sqrt(1 / na + 1 / nb)
         return (hi_goal is not None and iv.mean + half < hi_goal) or (lo_goal is not None and iv.mean - half > lo_goal)
 
     for c in others:

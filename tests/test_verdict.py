@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from optimizer.verdict import Arm, decide, launch_noise, pool, ratio, t_interval
+from optimizer.verdict import Arm, decide, launch_noise, pool, ratio, settle, t_interval
 
 
 def arm(label, runs, cost=(3, 4, 1), baseline=False, trial=None):
@@ -186,3 +186,18 @@ def test_a_group_that_shares_one_tree_exports_its_fastest_and_says_so():
     v = decide([base, ring, small], prior=(0.05, 2), paired=False)
     assert v.as_dict()["picked"] == "cheapest"
     assert any("the cheapest (trial 2" in line for line in v.lines)
+
+
+def test_futility_projects_the_test_it_will_apply():
+    """Another round is worth it only if the t-test that will judge it could settle the comparison were the means to
+    hold: with the noise known over 2 degrees of freedom, one more launch each of two configurations 2 % apart
+    settles nothing at t(4) = 2.13 (the normal quantile, 1.64, would have asked for the round); with the noise known
+    over 30, the same round can settle it."""
+    winner, runner_up = arm("trial 1", [100, 100], trial=1), arm("trial 2", [98, 98], trial=2)
+    for a in (winner, runner_up):
+        a.pooled = (0.0257, 2)
+    assert settle(winner, [runner_up], None, 0.02, more=1) == ([], [runner_up], None)  # could not be told apart
+    for a in (winner, runner_up):
+        a.pooled = (0.0257, 30)
+    assert settle(winner, [runner_up], None, 0.02, more=1) == ([winner, runner_up], [], None)  # one more round
+    assert settle(winner, [runner_up], None, 0.02, more=0) == ([], [runner_up], None)  # no launches left
