@@ -101,6 +101,16 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
                     "verdict": gain_verdict(a.get("gain"), a.get("gain_ci"), confirmed=True, level=level),
                 }
             )
+    no_speculation = bool(best.user_attrs.get(R.BASELINE))
+    if no_speculation:
+        verdict = (
+            "no speculative configuration gained significantly over the baseline in the confirmation: "
+            "serve without speculation"
+            if confirmed
+            else "no speculative configuration measured above the baseline: serve without speculation"
+        )
+    else:
+        verdict = gain_verdict(gain, gain_ci, confirmed=confirmed, level=level)
     if confirmed and alternatives:
         why = (
             f"confirmed over {winner.get('launches')} launches each: the configurations listed are equivalent "
@@ -111,7 +121,7 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
                 else "this is the cheapest of them (fewer steps, then fewer draft tokens)"
             )
         )
-    elif confirmed and best.user_attrs.get(R.BASELINE):
+    elif confirmed and no_speculation:
         why = (
             f"confirmed over {winner.get('launches')} launches: the search's answer, no speculation, which no "
             "configuration's relaunches overturned"
@@ -131,16 +141,7 @@ def study_answer(study: optuna.Study) -> dict[str, Any] | None:
         "gain_ci": gain_ci,
         "confirmed": confirmed,
         "launches": winner.get("launches", 1) if confirmed else 1,
-        "verdict": (
-            (
-                "no speculative configuration gained significantly over the baseline in the confirmation: "
-                "serve without speculation"
-                if confirmed
-                else "no speculative configuration measured above the baseline: serve without speculation"
-            )
-            if best.user_attrs.get(R.BASELINE)
-            else gain_verdict(gain, gain_ci, confirmed=confirmed, level=level)
-        ),
+        "verdict": verdict,
         "why": why,
         "alternatives": alternatives,
         "baseline": None if base is None else {"trial": base.number, "tok_per_s": base_v},
