@@ -10,6 +10,10 @@ near-identical configurations (``benchmarks.streaks``).
 One run per landscape cannot separate small changes (a change to one launch sends the rest of a run down another
 path): the house check for a search change is ``--half tuning --run-seeds 0,1`` and ``--half held-out --run-seeds
 0,1,2`` with ``--strategies structured``, both against the commit before the change (docs/out-of-family.md).
+
+``--against BEFORE.json`` pairs each run with the same landscape and run seed in an earlier ``--json`` file and
+prints the runs gained and lost (reached 98 %; final answer within 2 %) with a two-sided sign test: on 60 runs a
+change that only reshuffles the random stream gains and loses a few runs either way (``paired``).
 """
 
 from __future__ import annotations
@@ -138,6 +142,34 @@ def measure(
     return out
 
 
+def _runs_by_key(out: dict[str, Any], strategy: str) -> dict[tuple[int, int], tuple[bool, bool]]:
+    """(run seed, landscape) -> (reached 98 % within the budget, final answer within 2 %) for one strategy."""
+    summary = out["strategies"][strategy]
+    keys = [(rs, k) for rs in out["run_seeds"] for k in out["landscapes"]]
+    cap = out["budget"]
+    reached = [r is not None and r <= cap for r in summary["restarts_each"]]
+    final = [x >= S.TARGET for x in summary["final_fraction_each"]]
+    return dict(zip(keys, zip(reached, final)))
+
+
+def paired(before: dict[str, Any], after: dict[str, Any], strategy: str = "structured") -> dict[str, Any]:
+    """Runs of ``after`` paired with the runs of ``before`` on the same landscape and run seed: how many each
+    change gained and lost, and the two-sided sign-test p-value of those flips (runs that agree say nothing)."""
+    from scipy.stats import binomtest
+
+    a, b = _runs_by_key(before, strategy), _runs_by_key(after, strategy)
+    common = sorted(set(a) & set(b))
+    if not common:
+        raise ValueError("no run in both files: compare the same landscapes and run seeds")
+    out: dict[str, Any] = {"runs": len(common)}
+    for n, name in enumerate(("reached", "final_within_2pct")):
+        gained = sum(b[key][n] and not a[key][n] for key in common)
+        lost = sum(a[key][n] and not b[key][n] for key in common)
+        p = binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+        out[name] = {"gained": gained, "lost": lost, "p": round(float(p), 3)}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--half", choices=("tuning", "held-out"), default="held-out")
@@ -147,7 +179,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launches", action="store_true", help="keep every run's launches in the JSON")
     ap.add_argument("--run-seeds", default="0", help="comma list of run seeds per landscape (default 0)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1; the figures are the same)")
+    ap.add_argument("--against", help="an earlier --json file: print the runs gained and lost, paired by run")
     args = ap.parse_args(argv)
+    before = None
+    if args.against:  # read first: a missing or foreign file fails before minutes of runs
+        try:
+            with open(args.against) as f:
+                before = json.load(f)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"--against {args.against}: cannot read it as JSON ({e})") from None
+        if not isinstance(before, dict) or not {"strategies", "run_seeds", "landscapes", "budget"} <= set(before):
+            raise SystemExit(
+                f"--against {args.against}: not a file written by --json (it needs the keys strategies, "
+                "run_seeds, landscapes and budget)"
+            )
     seeds = TUNING if args.half == "tuning" else HELD_OUT
     run_seeds = tuple(int(x) for x in args.run_seeds.split(",") if x.strip())
     parallel.set_jobs(args.jobs)
@@ -158,6 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+    for strategy in out["strategies"]:
+        if before is not None and strategy in before.get("strategies", {}):
+            d = paired(before, out, strategy)
+            r, f = d["reached"], d["final_within_2pct"]
+            print(
+                f"  against {args.against} ({d['runs']} runs paired) {strategy}: reached +{r['gained']} -{r['lost']} "
+                f"(sign test p {r['p']:.2f}); final answer within 2 % +{f['gained']} -{f['lost']} (p {f['p']:.2f})"
+            )
     return 0
 
 

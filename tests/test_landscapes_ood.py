@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import logging
 import math
 import warnings
@@ -11,9 +13,9 @@ import optuna
 import pytest
 import yaml
 
-from benchmarks import landscapes, landscapes_ood
+from benchmarks import landscapes, landscapes_ood, out_of_family
 from benchmarks.landscapes_ood import HELD_OUT, TUNING, landscape
-from benchmarks.out_of_family import measure, run_one
+from benchmarks.out_of_family import measure, paired, run_one
 from benchmarks.strategies import ROOT, space_for, truth
 from benchmarks.streaks import near_identical, near_identical_streak_share, rows
 from optimizer.simexec import CATEGORY_MIX
@@ -332,3 +334,44 @@ def test_streak_share_on_hand_made_sequences() -> None:
     settings_walk = [L(2, 8, 17, settings=(i,)) for i in range(6)]
     assert near_identical_streak_share(settings_walk) == 0.0
     assert near_identical_streak_share(settings_walk, same_settings=False) == 1.0
+
+
+def test_a_change_is_judged_by_the_runs_it_gains_and_loses_paired_by_landscape_and_run_seed(tmp_path) -> None:
+    """``benchmarks.out_of_family --against BEFORE.json``: each run is paired with the run of the same landscape
+    and run seed, and only runs that flip count (a sign test on them)."""
+    before = measure((2009,), ("random",), budget=4, run_seeds=(0, 1), log=lambda msg: None)
+    same = paired(before, before, "random")
+    assert same["runs"] == 2
+    assert same["reached"] == {"gained": 0, "lost": 0, "p": 1.0}
+    # the same runs, every one of them now reaching 98 % with its final answer at the optimum
+    after = copy.deepcopy(before)
+    s = after["strategies"]["random"]
+    s["restarts_each"] = [1, 1]
+    s["final_fraction_each"] = [1.0, 1.0]
+    gained = sum(r is None or r > 4 for r in before["strategies"]["random"]["restarts_each"])
+    d = paired(before, after, "random")
+    assert d["reached"]["gained"] == gained and d["reached"]["lost"] == 0
+    assert paired(after, before, "random")["reached"] == {"gained": 0, "lost": gained, "p": d["reached"]["p"]}
+    # only runs with the same landscape and run seed are paired
+    other = copy.deepcopy(after)
+    other["run_seeds"] = [5, 6]
+    with pytest.raises(ValueError, match="same landscapes and run seeds"):
+        paired(before, other, "random")
+    # ten runs all lost is no accident; one gained and one lost is
+    ten = {"landscapes": list(range(10)), "run_seeds": [0], "budget": 30}
+    good = {**ten, "strategies": {"s": {"restarts_each": [3] * 10, "final_fraction_each": [1.0] * 10}}}
+    bad = {**ten, "strategies": {"s": {"restarts_each": [31] * 10, "final_fraction_each": [0.9] * 10}}}
+    assert paired(good, bad, "s")["reached"] == {"gained": 0, "lost": 10, "p": 0.002}
+    mixed = copy.deepcopy(good)
+    mixed["strategies"]["s"]["restarts_each"][:2] = [31, 31]
+    swapped = copy.deepcopy(good)
+    swapped["strategies"]["s"]["restarts_each"][1:3] = [31, 31]
+    assert paired(mixed, swapped, "s")["reached"] == {"gained": 1, "lost": 1, "p": 1.0}
+    # the command line reads the earlier file before any run: a wrong file costs no minutes
+    missing = tmp_path / "missing.json"
+    with pytest.raises(SystemExit, match="missing.json: cannot read it as JSON"):
+        out_of_family.main(["--half", "tuning", "--against", str(missing)])
+    foreign = tmp_path / "summary.json"
+    foreign.write_text(json.dumps({"answer": {}}))
+    with pytest.raises(SystemExit, match="summary.json: not a file written by --json"):
+        out_of_family.main(["--half", "tuning", "--against", str(foreign)])
