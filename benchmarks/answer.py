@@ -39,7 +39,7 @@ from typing import Any
 import optuna
 
 from benchmarks import parallel
-from benchmarks.strategies import _config, space_for, truth
+from benchmarks.strategies import _config, landscape_seed, space_for, truth
 from optimizer.confirm import Confirmer
 from optimizer.hosts.config import local_host
 from optimizer.pruning import study_pruner
@@ -150,6 +150,7 @@ def _job(args: tuple) -> dict[str, Any]:
         module, seed_k = land_ref
         land = importlib.import_module(module).landscape(seed_k)
         profile, conc = land.profile, land.concurrency
+        seed = landscape_seed(seed, seed_k)  # the landscape's own stream: see strategies.landscape_seed
     key = (getattr(profile, "name", profile), conc, land_ref)
     if key not in _TRUTH:  # one truth per scenario and process: 50,000 candidates take seconds
         space = space_for(profile)

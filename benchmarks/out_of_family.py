@@ -52,13 +52,21 @@ def _capture_launches(space: Any, sink: list):
 
 
 def run_one(land: Any, strategy: str, seed: int, budget: int, space: Any = None, tr: Any = None) -> dict[str, Any]:
-    """One ``run_driver`` on a landscape: its score, plus ``launches`` and ``streak_share``."""
+    """One ``run_driver`` on a landscape with run seed ``seed`` (the landscape's own stream of it,
+    ``strategies.landscape_seed``): its score, plus ``launches`` and ``streak_share``."""
     space = space if space is not None else S.space_for(land.profile)
     tr = tr if tr is not None else S.truth(land.profile, space, land.concurrency)
     sink: list = []
     with _capture_launches(space, sink):
         r = S.run_driver(
-            land.profile, land.concurrency, strategy, seed, budget, space, tr, launch_noise=land.launch_noise
+            land.profile,
+            land.concurrency,
+            strategy,
+            S.landscape_seed(seed, land.seed),
+            budget,
+            space,
+            tr,
+            launch_noise=land.launch_noise,
         )
     r["launches_seen"] = sink[-1]
     r["streak_share"] = near_identical_streak_share(sink[-1])
