@@ -1,7 +1,7 @@
 """Restarts to 98 % on the out-of-family landscapes (``benchmarks/landscapes_ood.py``), with the streak share.
 
 ``python -m benchmarks.out_of_family [--half held-out] [--budget 30] [--strategies structured tpe random]
-[--run-seeds 0] [--jobs N]`` runs ``benchmarks.strategies.run_driver`` once per landscape and run seed for each
+[--run-seeds 0] [--jobs N] [--spend-budget] [--against BEFORE.json]`` runs ``benchmarks.strategies.run_driver`` once per landscape and run seed for each
 strategy and prints median and p90 restarts to 98 % of the optimum (``summarize``, censored at budget + 1), runs
 reached, runs whose final answer is within 2 % of the optimum, the mean launches a run (the search stops itself:
 fewer is what a user waits for), and the share of launches that were pruned or failed in a row of 5 or more
@@ -51,9 +51,18 @@ def _capture_launches(space: Any, sink: list):
         S.score = original
 
 
-def run_one(land: Any, strategy: str, seed: int, budget: int, space: Any = None, tr: Any = None) -> dict[str, Any]:
+def run_one(
+    land: Any,
+    strategy: str,
+    seed: int,
+    budget: int,
+    space: Any = None,
+    tr: Any = None,
+    spend_budget: bool = False,
+) -> dict[str, Any]:
     """One ``run_driver`` on a landscape with run seed ``seed`` (the landscape's own stream of it,
-    ``strategies.landscape_seed``): its score, plus ``launches`` and ``streak_share``."""
+    ``strategies.landscape_seed``): its score, plus ``launches`` and ``streak_share``. ``spend_budget``: the stop
+    rule off, every run spends its budget."""
     space = space if space is not None else S.space_for(land.profile)
     tr = tr if tr is not None else S.truth(land.profile, space, land.concurrency)
     sink: list = []
@@ -67,6 +76,7 @@ def run_one(land: Any, strategy: str, seed: int, budget: int, space: Any = None,
             space,
             tr,
             launch_noise=land.launch_noise,
+            spend_budget=spend_budget,
         )
     r["launches_seen"] = sink[-1]
     r["streak_share"] = near_identical_streak_share(sink[-1])
@@ -76,12 +86,12 @@ def run_one(land: Any, strategy: str, seed: int, budget: int, space: Any = None,
     return r
 
 
-def _task(k: int, strategy: str, run_seed: int, budget: int) -> dict[str, Any]:
+def _task(k: int, strategy: str, run_seed: int, budget: int, spend_budget: bool = False) -> dict[str, Any]:
     """One run on out-of-family landscape ``k`` (a unit of parallel work: ``benchmarks.parallel``)."""
     land = landscape(k)
     _, space, _, _, _ = S._setting((landscape, k))
     tr = S._truth((landscape, k), land.concurrency)
-    r = run_one(land, strategy, run_seed, budget, space, tr)
+    r = run_one(land, strategy, run_seed, budget, space, tr, spend_budget=spend_budget)
     r["trivial"] = bool(tr["baseline"] >= S.TARGET * tr["optimum"])
     return r
 
@@ -93,12 +103,13 @@ def measure(
     log=print,
     keep_launches: bool = False,
     run_seeds: tuple[int, ...] = (0,),
+    spend_budget: bool = False,
 ) -> dict[str, Any]:
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(logging.ERROR)
     t0 = time.time()
     keys = [(k, strategy, rs) for rs in run_seeds for k in seeds for strategy in strategies]
-    results = parallel.pmap(_task, [(k, strategy, rs, budget) for k, strategy, rs in keys])
+    results = parallel.pmap(_task, [(k, strategy, rs, budget, spend_budget) for k, strategy, rs in keys])
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in strategies}
     trivial: dict[int, bool] = {}
     for (k, strategy, _rs), r in zip(keys, results):
@@ -108,6 +119,7 @@ def measure(
         "landscapes": list(seeds),
         "budget": budget,
         "run_seeds": list(run_seeds),
+        "spend_budget": spend_budget,
         "baseline_within_target": int(sum(trivial.values())),
         "strategies": {},
     }
@@ -188,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-seeds", default="0", help="comma list of run seeds per landscape (default 0)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1; the figures are the same)")
     ap.add_argument("--against", help="an earlier --json file: print the runs gained and lost, paired by run")
+    ap.add_argument(
+        "--spend-budget", action="store_true", help="the stop rule off: every run spends its budget (what it costs)"
+    )
     args = ap.parse_args(argv)
     before = None
     if args.against:  # read first: a missing or foreign file fails before minutes of runs
@@ -205,7 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     run_seeds = tuple(int(x) for x in args.run_seeds.split(",") if x.strip())
     parallel.set_jobs(args.jobs)
     try:
-        out = measure(seeds, tuple(args.strategies), args.budget, keep_launches=args.launches, run_seeds=run_seeds)
+        out = measure(
+            seeds,
+            tuple(args.strategies),
+            args.budget,
+            keep_launches=args.launches,
+            run_seeds=run_seeds,
+            spend_budget=args.spend_budget,
+        )
     finally:
         parallel.shutdown()
     if args.json:

@@ -167,8 +167,12 @@ def run_driver(
     tr: dict[str, Any],
     hosts: int = 1,
     launch_noise: float | None = None,
+    spend_budget: bool = False,
 ) -> dict[str, Any]:
+    """One study through the real driver on the model executor; ``spend_budget``: with the stop rule off."""
     cfg = _config(strategy, seed, budget, concurrency)
+    if spend_budget:
+        cfg = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"stop_below_gain_pct": None})})
     sp = space
     if strategy in ("random", "tpe-plain"):
         # The plain alternatives have no baseline-first trial or warm start: a copy of the space without them.

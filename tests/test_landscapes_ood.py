@@ -406,3 +406,15 @@ def test_each_landscape_of_a_run_seed_draws_its_own_launch_noise(monkeypatch) ->
             )
         )
     assert len(set(zs)) == 4, zs
+
+
+def test_spend_budget_turns_the_stop_rule_off_to_measure_what_it_costs() -> None:
+    """``benchmarks.out_of_family --spend-budget``: the same run with the stop rule off spends every launch of its
+    budget, where the default stops itself (landscape 3025: SGLang's default tree at 64 streams is the optimum)."""
+    land = landscape(3025)
+    stopped = run_one(land, "structured", 0, 12)
+    spent = run_one(land, "structured", 0, 12, spend_budget=True)
+    assert stopped["launches"] < 12
+    assert spent["launches"] == 12
+    out = measure((3025,), ("structured",), budget=12, spend_budget=True, log=lambda msg: None)
+    assert out["spend_budget"] is True and out["strategies"]["structured"]["launches_each"] == [12]
