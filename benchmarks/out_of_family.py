@@ -1,8 +1,8 @@
 """Restarts to 98 % on the out-of-family landscapes (``benchmarks/landscapes_ood.py``), with the streak share.
 
 ``python -m benchmarks.out_of_family [--half held-out] [--budget 30] [--strategies structured tpe random]
-[--run-seeds 0] [--jobs N] [--spend-budget] [--against BEFORE.json]`` runs ``benchmarks.strategies.run_driver`` once per landscape and run seed for each
-strategy and prints median and p90 restarts to 98 % of the optimum (``summarize``, censored at budget + 1), runs
+[--run-seeds 0] [--jobs N] [--spend-budget] [--against BEFORE.json]`` runs ``benchmarks.strategies.run_driver``
+once per landscape and run seed for each strategy and prints median and p90 restarts to 98 % of the optimum (``summarize``, censored at budget + 1), runs
 reached, runs whose final answer is within 2 % of the optimum, the mean launches a run (the search stops itself:
 fewer is what a user waits for), and the share of launches that were pruned or failed in a row of 5 or more
 near-identical configurations (``benchmarks.streaks``).
@@ -218,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
             )
     seeds = TUNING if args.half == "tuning" else HELD_OUT
     run_seeds = tuple(int(x) for x in args.run_seeds.split(",") if x.strip())
+    if before is not None and not (
+        set(before["landscapes"]) & set(seeds) and set(before["run_seeds"]) & set(run_seeds)
+    ):
+        raise SystemExit(
+            f"--against {args.against}: it holds landscapes {before['landscapes'][0]}-{before['landscapes'][-1]} at "
+            f"run seeds {before['run_seeds']}, no run of this half at run seeds {list(run_seeds)}"
+        )
     parallel.set_jobs(args.jobs)
     try:
         out = measure(

@@ -375,6 +375,10 @@ def test_a_change_is_judged_by_the_runs_it_gains_and_loses_paired_by_landscape_a
     foreign.write_text(json.dumps({"answer": {}}))
     with pytest.raises(SystemExit, match="summary.json: not a file written by --json"):
         out_of_family.main(["--half", "tuning", "--against", str(foreign)])
+    held_out = tmp_path / "held-out.json"  # the other half: no run to pair
+    held_out.write_text(json.dumps({**before, "landscapes": list(HELD_OUT)}))
+    with pytest.raises(SystemExit, match="no run of this half"):
+        out_of_family.main(["--half", "tuning", "--against", str(held_out)])
 
 
 def test_each_landscape_of_a_run_seed_draws_its_own_launch_noise(monkeypatch) -> None:
