@@ -168,8 +168,10 @@ def run_driver(
     hosts: int = 1,
     launch_noise: float | None = None,
     spend_budget: bool = False,
+    keep: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One study through the real driver on the model executor; ``spend_budget``: with the stop rule off."""
+    """One study through the real driver on the model executor; ``spend_budget``: with the stop rule off;
+    ``keep``: a dict that receives the study (``keep["study"]``), for a trace of its launches."""
     cfg = _config(strategy, seed, budget, concurrency)
     if spend_budget:
         cfg = cfg.model_copy(update={"budget": cfg.budget.model_copy(update={"stop_below_gain_pct": None})})
@@ -190,6 +192,8 @@ def run_driver(
     with new_host(cfg) as cfg:
         driver = Driver(cfg, sp, [local_host(n) for n in names], ex, progress=Progress(lambda s: None), study=study)
         driver.run()
+    if keep is not None:
+        keep["study"] = study
     return score(study, ex, tr)
 
 
