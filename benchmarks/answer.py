@@ -19,8 +19,9 @@ verdict was not decided within the ceiling; today: the verdict's equivalent grou
 the search stopped itself. Apart from ``known``, each run is a new host: nothing is known of its noise (the stated
 prior, and the confirmation measures it before it decides anything).
 
-``python -m benchmarks.answer --seeds 20`` (``--family benchmarks.landscapes:HELD_OUT`` for a generated family:
-any module with ``landscape(seed)`` and a tuple of seeds); ``benchmarks/run.py`` runs it as its ``answer`` section.
+``python -m benchmarks.answer --seeds 20`` (``--family`` names the generated families, comma-separated, each a
+module with ``landscape(seed)`` and a tuple of seeds: by default both held-out halves, ``FAMILIES``);
+``benchmarks/run.py`` runs it as its ``answer`` section.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ MODES = ("new", "known", "today")
 BUDGET = 30  # the README's study file: budget: {trials: 30}
 ROUNDS, TOP = 3, 2  # confirm: {rounds: 3, top: 2}
 WITHIN = 0.98
+#: the generated families, one run per landscape: the held-out halves of the family the search was built around
+#: and of the out-of-family landscapes (built apart from it)
+FAMILIES = ("benchmarks.landscapes:HELD_OUT", "benchmarks.landscapes_ood:HELD_OUT")
 
 
 def run_one(
@@ -161,6 +165,21 @@ def _job(args: tuple) -> dict[str, Any]:
     return r
 
 
+def family_seeds_of(family: str) -> tuple[str, tuple[int, ...]]:
+    """``module:SEEDS`` -> the module's name and its landscape seeds; ValueError naming what is allowed."""
+    module, _, attr = family.partition(":")
+    try:
+        seeds = getattr(importlib.import_module(module), attr, None) if module and attr else None
+    except ImportError:
+        seeds = None
+    if not isinstance(seeds, tuple) or not seeds or not hasattr(importlib.import_module(module), "landscape"):
+        raise ValueError(
+            f"family {family!r}: expected module:SEEDS, a module with landscape(seed) and a tuple of seeds, "
+            f"for example {FAMILIES[0]} or {FAMILIES[1]}"
+        )
+    return module, tuple(int(k) for k in seeds)
+
+
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     k = (len(xs) - 1) * q
@@ -189,7 +208,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def run(
     seeds: int = 20,
     scenarios=SCENARIOS,
-    family: str | None = "benchmarks.landscapes:HELD_OUT",
+    families: tuple[str, ...] = FAMILIES,
     family_seeds: int | None = None,
     noises=NOISES,
     hosts=HOSTS,
@@ -197,8 +216,8 @@ def run(
     stop_pct: float = STOP_BELOW_GAIN_PCT,
     log=print,
 ) -> dict[str, Any]:
-    """Every scenario (``seeds`` seeds) and the family's landscapes (one run each, ``family_seeds`` of them) at
-    each noise, number of hosts and behaviour."""
+    """Every scenario (``seeds`` seeds) and each family's landscapes (one run each, the first ``family_seeds`` of
+    them) at each noise, number of hosts and behaviour."""
     t0 = time.time()
     work: list[tuple] = []
     groups: list[tuple[str, int | None]] = []
@@ -210,9 +229,9 @@ def run(
                     for seed in range(seeds):
                         kw = dict(hosts=n, noise=noise, mode=mode, stop_pct=stop_pct)
                         work.append(((profile, conc), None, profile, conc, seed, kw))
-    if family:
-        module, attr = family.split(":")
-        fam_seeds = tuple(getattr(importlib.import_module(module), attr))[: family_seeds or None]
+    for family in families:
+        module, fam_seeds = family_seeds_of(family)
+        fam_seeds = fam_seeds[: family_seeds or None]
         groups.append((family, None))
         for noise in noises:
             for n in hosts:
@@ -230,7 +249,7 @@ def run(
         "top": TOP,
         "stop_below_gain_pct": stop_pct,
         "seeds": seeds,
-        "family": family,
+        "families": list(families),
         "summary": [],
         "rows": rows,
     }
@@ -277,9 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.answer", description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument(
-        "--scenarios", default="all", help="all, kimi, others (the three but Kimi) or none (the family only)"
+        "--scenarios", default="all", help="all, kimi, others (the three but Kimi) or none (the families only)"
     )
-    ap.add_argument("--family", default="benchmarks.landscapes:HELD_OUT", help="module:SEEDS, or 'none'")
+    ap.add_argument("--family", default=",".join(FAMILIES), help="module:SEEDS[,module:SEEDS...], or 'none'")
     ap.add_argument("--family-seeds", type=int, help="only the family's first N landscapes")
     ap.add_argument("--noises", default="0.03,0.20")
     ap.add_argument("--hosts", default="1,4")
@@ -289,12 +308,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write the results as JSON here")
     a = ap.parse_args(argv)
     scen = {"all": SCENARIOS, "kimi": SCENARIOS[:1], "others": SCENARIOS[1:], "none": ()}[a.scenarios]
+    families = () if a.family == "none" else tuple(f for f in a.family.split(",") if f)
+    for family in families:
+        try:
+            family_seeds_of(family)
+        except ValueError as e:
+            ap.error(f"--family: {e}")
     parallel.set_jobs(a.jobs)
     try:
         res = run(
             seeds=a.seeds,
             scenarios=scen,
-            family=None if a.family == "none" else a.family,
+            families=families,
             family_seeds=a.family_seeds,
             noises=tuple(float(x) for x in a.noises.split(",")),
             hosts=tuple(int(x) for x in a.hosts.split(",")),

@@ -49,7 +49,10 @@ def test_one_job_and_two_jobs_give_the_same_restarts(one_and_two):
     assert set(row["strategies"]) == set(BUDGETS) and row["strategies"]["structured"]["runs"] == 2
     assert len(fam1["strategies"]["structured"]["restarts_each"]) == 2
     assert fam1["landscapes"] == [1000, 1001]
-    assert len(ans1["rows"]) == 3 and all(r["restarts"] > 0 for r in ans1["rows"])
+    # two seeds of the profile, then the first landscape of each held-out family (the family and out-of-family)
+    assert len(ans1["rows"]) == 4 and all(r["restarts"] > 0 for r in ans1["rows"])
+    assert [r["landscape"] for r in ans1["rows"]] == [None, None, 1000, 3000]
+    assert [s["group"] for s in ans1["summary"]][1:] == list(answer.FAMILIES)
 
 
 def test_results_come_back_in_submission_order():
@@ -93,3 +96,14 @@ def test_a_benchmark_run_is_a_new_host_whatever_this_machine_stored(tmp_path, mo
     hostnoise.save(tmp_path / "studies", hostnoise.identity("h0", {}, None), "earlier", 0.19, 8)
     assert (tmp_path / "studies" / "hosts").exists()
     assert outcome() == clean
+
+
+@pytest.mark.parametrize(
+    "family", ["benchmarks.nothing:HELD_OUT", "benchmarks.landscapes:NOPE", "benchmarks.landscapes"]
+)
+def test_a_family_that_is_not_module_and_seeds_is_refused_before_any_run(family, capsys):
+    with pytest.raises(SystemExit) as e:
+        answer.main(["--family", f"{answer.FAMILIES[0]},{family}", "--scenarios", "none"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert repr(family) in err and "module:SEEDS" in err and answer.FAMILIES[1] in err
