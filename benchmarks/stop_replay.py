@@ -64,7 +64,7 @@ def rows_of(study: optuna.Study, tr: dict[str, Any]) -> list[dict[str, Any]]:
     trials = study.get_trials(deepcopy=False)
     est = study.user_attrs.get(R.ESTIMATE)
     history = {int(a): int(b) for a, b in ((est or {}).get("history") or [])} if isinstance(est, dict) else {}
-    rows, answer = [], 0.0
+    rows, answer, before = [], 0.0, C.Calibration()
     for n, t in enumerate(trials):
         if t.number in history:
             loc = table.locate_trial(trials[history[t.number]])
@@ -77,11 +77,12 @@ def rows_of(study: optuna.Study, tr: dict[str, Any]) -> list[dict[str, Any]]:
                 "chooser": ua.get(C.CHOOSER, ""),
                 "expected_gain": ua.get(EXPECTED_GAIN),
                 "promised_gain": ua.get(C.PROMISED_GAIN),
-                "z_rms": cal.z_rms,
-                "calibrated": cal.calibrated,
+                "z_rms": before.z_rms,  # the record the sampler had when it chose this trial
+                "calibrated": cal.calibrated,  # the record after it: the sampler's when it chooses the next trial
                 "answer_true": answer,
             }
         )
+        before = cal
     return rows
 
 
