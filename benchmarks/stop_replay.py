@@ -31,6 +31,7 @@ import optuna
 
 from benchmarks import landscapes, landscapes_ood, parallel
 from benchmarks import strategies as S
+from benchmarks.trace import answers_after, landscape_module
 from optimizer.samplers import calibration as C
 from optimizer.samplers.structured import CONFIDENT_ASKS, EXPECTED_GAIN
 from optimizer.settings import STOP_BELOW_GAIN_PCT
@@ -49,11 +50,14 @@ SETS = {
 Rule = Callable[[dict[str, Any]], float]
 #: name -> (what it is, the gain it compares with the threshold for a model-chosen trial's record)
 RULES: dict[str, tuple[str, Rule]] = {
-    "sampler": ("the sampler's: the expected gain one launch can reveal", lambda r: r["expected_gain"]),
+    "sampler": (
+        "the sampler's own, as it stored it: the promised gain narrowed by the z-scores",
+        lambda r: r["expected_gain"],
+    ),
     "promised": ("the plain expected improvement", lambda r: r["promised_gain"]),
-    "promised-narrowed": (
-        "the plain expected improvement times the recent z-scores' RMS, clipped to [0.5, 1]",
-        lambda r: r["promised_gain"] * min(1.0, max(0.5, r["z_rms"])),
+    "revealed": (
+        "the rule before 2026-12-07: what one launch can reveal through the launch noise, promised x (1 - noise / sd)",
+        lambda r: r["promised_gain"] * (1.0 - r["launch_noise"] / r["predicted_sd"]),
     ),
 }
 
@@ -62,8 +66,7 @@ def rows_of(study: optuna.Study, tr: dict[str, Any]) -> list[dict[str, Any]]:
     """Per trial, in trial order: what the stop rule can read after it, and the true value of the answer then."""
     table, values, opt = tr["table"], tr["values"], tr["optimum"]
     trials = study.get_trials(deepcopy=False)
-    est = study.user_attrs.get(R.ESTIMATE)
-    history = {int(a): int(b) for a, b in ((est or {}).get("history") or [])} if isinstance(est, dict) else {}
+    history = answers_after(study)
     rows, answer, before = [], 0.0, C.Calibration()
     for n, t in enumerate(trials):
         if t.number in history:
@@ -77,6 +80,8 @@ def rows_of(study: optuna.Study, tr: dict[str, Any]) -> list[dict[str, Any]]:
                 "chooser": ua.get(C.CHOOSER, ""),
                 "expected_gain": ua.get(EXPECTED_GAIN),
                 "promised_gain": ua.get(C.PROMISED_GAIN),
+                "launch_noise": ua.get(C.LAUNCH_NOISE),
+                "predicted_sd": ua.get(C.PRED_LOG_SD),
                 "z_rms": before.z_rms,  # the record the sampler had when it chose this trial
                 "calibrated": cal.calibrated,  # the record after it: the sampler's when it chooses the next trial
                 "answer_true": answer,
@@ -98,8 +103,7 @@ def record_one(where: str, k: int | None, run_seed: int) -> dict[str, Any]:
             KIMI, 1, "structured", run_seed, BUDGET, space, tr, launch_noise=KIMI_NOISE, spend_budget=True, keep=keep
         )
     else:
-        module = landscapes_ood if k in landscapes_ood.TUNING + landscapes_ood.HELD_OUT else landscapes
-        place = (module.landscape, k)
+        place = (landscape_module(k).landscape, k)
         prof, space, conc, noise, _ = S._setting(place)
         tr = S._truth(place, conc)
         seed = S.landscape_seed(run_seed, k)

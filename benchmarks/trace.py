@@ -69,7 +69,7 @@ def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = Fals
     study: optuna.Study = keep["study"]
     table, values, opt = tr["table"], tr["values"], tr["optimum"]
     trials = study.get_trials(deepcopy=False)
-    answers = _answers_after(study)
+    answers = answers_after(study)
     rows = []
     for n, t in enumerate(trials):
         loc = table.locate_trial(t)
@@ -105,7 +105,7 @@ def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = Fals
     }
 
 
-def _answers_after(study: optuna.Study) -> dict[int, int]:
+def answers_after(study: optuna.Study) -> dict[int, int]:
     """Trial number -> the study's answer (a trial number) right after it ended (``records.ESTIMATE`` history)."""
     est = study.user_attrs.get(R.ESTIMATE)
     history = est.get("history") if isinstance(est, dict) else None
