@@ -215,9 +215,13 @@ def run(
     modes=MODES,
     stop_pct: float = STOP_BELOW_GAIN_PCT,
     log=print,
+    family: str | None | bool = False,
 ) -> dict[str, Any]:
     """Every scenario (``seeds`` seeds) and each family's landscapes (one run each, the first ``family_seeds`` of
-    them) at each noise, number of hosts and behaviour."""
+    them) at each noise, number of hosts and behaviour. ``family`` (one family, or None for none) is the keyword of
+    the commands recorded in docs/answer.md before both families ran; it replaces ``families``."""
+    if family is not False:
+        families = () if family is None else (str(family),)
     t0 = time.time()
     work: list[tuple] = []
     groups: list[tuple[str, int | None]] = []

@@ -107,3 +107,11 @@ def test_a_family_that_is_not_module_and_seeds_is_refused_before_any_run(family,
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert repr(family) in err and "module:SEEDS" in err and answer.FAMILIES[1] in err
+
+
+def test_the_one_family_keyword_of_the_recorded_commands_still_runs_that_family_alone():
+    """docs/answer.md records commands written when the answer section ran one family (``family=...``)."""
+    quiet = dict(seeds=0, scenarios=(), family_seeds=1, noises=(0.03,), hosts=(1,), modes=("new",), log=lambda s: None)
+    ans = answer.run(family=answer.FAMILIES[1], **quiet)
+    assert [r["landscape"] for r in ans["rows"]] == [3000] and ans["families"] == [answer.FAMILIES[1]]
+    assert answer.run(family=None, **quiet)["rows"] == []
