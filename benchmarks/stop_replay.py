@@ -31,13 +31,13 @@ import optuna
 
 from benchmarks import landscapes, landscapes_ood, parallel
 from benchmarks import strategies as S
+from benchmarks.answer import KIMI
 from benchmarks.trace import answers_after, landscape_module
 from optimizer.samplers import calibration as C
 from optimizer.samplers.structured import CONFIDENT_ASKS, EXPECTED_GAIN
 from optimizer.settings import STOP_BELOW_GAIN_PCT
 from optimizer.study import records as R
 
-KIMI = "kimi-k2.5-8x-rtxpro6000"
 BUDGET = 30
 KIMI_NOISE = 0.03
 SETS = {
@@ -57,7 +57,7 @@ RULES: dict[str, tuple[str, Rule]] = {
     "promised": ("the plain expected improvement", lambda r: r["promised_gain"]),
     "revealed": (
         "the rule before 2026-12-07: what one launch can reveal through the launch noise, promised x (1 - noise / sd)",
-        lambda r: r["promised_gain"] * (1.0 - r["launch_noise"] / r["predicted_sd"]),
+        lambda r: r["promised_gain"] * (1.0 - (r["launch_noise"] or 0.0) / (r["predicted_sd"] or 1.0)),
     ),
 }
 

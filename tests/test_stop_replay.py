@@ -14,7 +14,7 @@ from optimizer.samplers.structured import stop_gain
 
 
 @pytest.mark.parametrize("k, run_seed", [(3025, 0), (3014, 0)])
-def test_the_samplers_own_rule_replayed_stops_where_the_search_stopped_itself(k, run_seed) -> None:
+def test_the_samplers_own_rule_replayed_stops_where_the_search_stopped_itself(k, run_seed, tmp_path, capsys) -> None:
     stopped = run_one(landscape(k), "structured", run_seed, stop_replay.BUDGET)
     assert stopped["launches"] < stop_replay.BUDGET  # it stopped itself: the replay has a stop to find
     recorded = stop_replay.record_one("ood-held-out", k, run_seed)
@@ -32,6 +32,13 @@ def test_the_samplers_own_rule_replayed_stops_where_the_search_stopped_itself(k,
     # a rule that never calls the gain small spends the whole budget, and the answer is then the recorded last one
     never = stop_replay.replay(recorded["rows"], lambda r: 1.0)
     assert never["launches"] == stop_replay.BUDGET and never["final"] == recorded["rows"][-1]["answer_true"]
+    # the command line: every rule's line, the sampler's with the launches of the run that stopped itself
+    path = tmp_path / "recorded.json"
+    path.write_text(json.dumps([recorded]))
+    assert stop_replay.main(["replay", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{path}: 1 searches" and len(out) == 1 + len(stop_replay.RULES)
+    assert "sampler (" in out[1] and f"launches mean {stopped['launches']:.1f}" in out[1]
 
 
 def test_replay_refuses_a_file_that_is_not_recorded_searches(tmp_path, capsys) -> None:
