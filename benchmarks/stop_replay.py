@@ -10,7 +10,8 @@ record exactly: the launches it would have spent and the true value of the study
 
 ``python -m benchmarks.stop_replay record SET --out FILE [--run-seeds 0,1,2] [--seeds 30]`` records spend-budget
 searches (budget 30; SET: ``ood-held-out``, ``ood-tuning``, ``family-held-out``, ``family-tuning`` with each
-landscape's own launch noise and stream, or ``kimi`` at 3 % launch noise, ``--seeds`` seeds from ``--first-seed``);
+landscape's own launch noise and stream, or ``kimi``, ``--seeds`` seeds from ``--first-seed`` at ``--noise``, 3 %
+by default: replay a rule at 20 % too, where a rule that ignores the launch noise never stops);
 ``python -m benchmarks.stop_replay replay FILE...`` prints, for every rule of ``RULES``, the mean and median
 launches, the runs whose answer at the stop is within 2 % of the optimum and the runs whose answer reached 98 %
 by then.
@@ -51,15 +52,21 @@ Rule = Callable[[dict[str, Any]], float]
 #: name -> (what it is, the gain it compares with the threshold for a model-chosen trial's record)
 RULES: dict[str, tuple[str, Rule]] = {
     "sampler": (
-        "the sampler's own, as it stored it: the promised gain narrowed by the z-scores",
+        "the sampler's own, as it stored it: what one launch can reveal through the launch noise",
         lambda r: r["expected_gain"],
     ),
     "promised": ("the plain expected improvement", lambda r: r["promised_gain"]),
-    "revealed": (
-        "the rule before 2026-12-07: what one launch can reveal through the launch noise, promised x (1 - noise / sd)",
-        lambda r: r["promised_gain"] * (1.0 - (r["launch_noise"] or 0.0) / (r["predicted_sd"] or 1.0)),
+    "promised-narrowed": (
+        "the plain expected improvement times the recent z-scores' RMS, clipped to [0.5, 1] (tried, not kept)",
+        lambda r: r["promised_gain"] * min(1.0, max(0.5, r["z_rms"])),
     ),
 }
+
+
+def revealed(r: dict[str, Any]) -> float:
+    """The sampler's rule recomputed from what it stored: promised x (1 - noise / predicted sd), the sd being
+    hypot(the model's spread, the noise) (``structured.revealed_gain``)."""
+    return r["promised_gain"] * (1.0 - r["launch_noise"] / r["predicted_sd"])
 
 
 def rows_of(study: optuna.Study, tr: dict[str, Any]) -> list[dict[str, Any]]:
@@ -91,8 +98,9 @@ def rows_of(study: optuna.Study, tr: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def record_one(where: str, k: int | None, run_seed: int) -> dict[str, Any]:
-    """One spend-budget search (a unit of parallel work): Kimi (``k`` None, at ``KIMI_NOISE``) or landscape ``k``."""
+def record_one(where: str, k: int | None, run_seed: int, kimi_noise: float = KIMI_NOISE) -> dict[str, Any]:
+    """One spend-budget search (a unit of parallel work): Kimi (``k`` None, at ``kimi_noise``) or landscape ``k``
+    (at its own launch noise)."""
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(logging.ERROR)
     keep: dict[str, Any] = {}
@@ -100,7 +108,7 @@ def record_one(where: str, k: int | None, run_seed: int) -> dict[str, Any]:
         _, space, _, _, _ = S._setting(KIMI)
         tr = S._truth(KIMI, 1)
         S.run_driver(
-            KIMI, 1, "structured", run_seed, BUDGET, space, tr, launch_noise=KIMI_NOISE, spend_budget=True, keep=keep
+            KIMI, 1, "structured", run_seed, BUDGET, space, tr, launch_noise=kimi_noise, spend_budget=True, keep=keep
         )
     else:
         place = (landscape_module(k).landscape, k)
@@ -143,9 +151,9 @@ def summary(runs: list[dict[str, Any]], rule: Rule) -> dict[str, Any]:
     }
 
 
-def record(where: str, run_seeds: tuple[int, ...]) -> list[dict[str, Any]]:
+def record(where: str, run_seeds: tuple[int, ...], kimi_noise: float = KIMI_NOISE) -> list[dict[str, Any]]:
     if where == "kimi":
-        work = [(where, None, s) for s in run_seeds]
+        work = [(where, None, s, kimi_noise) for s in run_seeds]
     else:
         work = [(where, k, rs) for rs in run_seeds for k in SETS[where]]
     return parallel.pmap(record_one, work)
@@ -160,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--run-seeds", default="0", help="landscapes: run seeds, comma-separated")
     rec.add_argument("--seeds", type=int, default=30, help="kimi: how many seeds")
     rec.add_argument("--first-seed", type=int, default=0, help="kimi: the first seed")
+    rec.add_argument("--noise", type=float, default=KIMI_NOISE, help="kimi: the launch noise (0.03: 3 %%)")
     rec.add_argument("--jobs", type=int, default=None)
     rep = sub.add_parser("replay", help="replay every rule of RULES on recorded searches")
     rep.add_argument("files", nargs="+")
@@ -171,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds = tuple(int(x) for x in a.run_seeds.split(",") if x.strip())
         parallel.set_jobs(a.jobs)
         try:
-            runs = record(a.set, seeds)
+            runs = record(a.set, seeds, a.noise)
         finally:
             parallel.shutdown()
         Path(a.out).write_text(json.dumps(runs))

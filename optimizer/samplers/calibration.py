@@ -9,9 +9,9 @@ trees that never pay, settings that matter only together. Three checks hold the 
   all fail to improve have probability ``prod(1 - p_k)``. The *surprise* ``sum(-log(1 - p_k))`` over the model's
   launches since its last improvement, the last ``WINDOW`` of them, is that probability's negative log: about 1 is
   ordinary, 3 means a 5 % event. Each term is weighted by the launch's stake (the expected improvement the
-  model promised, ``PROMISED_GAIN``, over ``STAKE_GAIN``, at most 1; not a share of it discounted by the launch
-  noise: on a noisy machine that share is small for every launch, and the model could never be called wrong). The
-  window lets a model that promised much long ago and keeps its modest promises
+  model promised, ``PROMISED_GAIN``, over ``STAKE_GAIN``, at most 1; not the smaller part of it one noisy launch
+  can reveal, which the stop rule judges: on a noisy machine that part is small for every launch, and the model
+  could never be called wrong). The window lets a model that promised much long ago and keeps its modest promises
   now be called right again (without it, one bad stretch kept the explorer busy and the stop rule off for good).
 - **Intervals kept.** Each launch's measured tok/s against the predictive distribution it was chosen under
   (``search:predicted_tok_per_s``, ``search:predicted_log_sd``, launch noise included): over the last ``WINDOW`` model
@@ -45,7 +45,7 @@ PRED_LOG_SD = "search:predicted_log_sd"
 P_IMPROVE = "search:p_improve"
 EXPECTED_GAIN = "search:expected_gain"
 #: the plain expected improvement the model promised for a launch (the stake of a broken promise); the expected
-#: gain above is what the stop rule judges (``structured.stop_gain``)
+#: gain above is the part one noisy launch can reveal, which the stop rule judges
 PROMISED_GAIN = "search:promised_gain"
 #: the launch-to-launch noise (log scale) the model assumed when it chose the launch (its residuals' estimate)
 LAUNCH_NOISE = "search:launch_noise"

@@ -15,13 +15,12 @@ must beat is, in every posterior draw, the best measured or a running launch's v
 higher (expected improvement over the batch, with the running launches integrated over the model's uncertainty);
 so with several idle hosts each gets a launch worth its boot rather than a copy of one guess.
 
-The expected gain stored with a launch and judged by the stop rule (``search:expected_gain``) is the plain expected
-improvement under the spread the launches showed (``stop_gain``): where the model's recent predictions landed
-closer than its spread said (the calibration record's z-scores, RMS below 1), the gain is scaled by that RMS, never
-below ``STOP_NARROW_FLOOR``; where they landed further, the spread is already widened. So near-equal NCCL variants of
-the best launch, each "maybe 2 % better" under the prior, stop promising once the launches show the model knows
-them better than that, and a machine whose launches scatter by 10-20 % is not called settled because one launch is
-noisy (the discount by the launch noise this replaced stopped those searches early; docs/out-of-family.md).
+The expected gain stored with a launch and judged by the stop rule (``search:expected_gain``) is what one noisy
+launch can reveal: the expected improvement times ``1 - noise / hypot(model spread, noise)`` (Huang et al.'s
+augmented expected improvement), so a configuration the model already knows within the launch noise promises
+little, and the search can stop on a machine whose launches scatter by a few per cent. The choice itself is by the
+plain expected improvement (scoring by the augmented one favoured uncertain corners and reached 98 % later on the
+out-of-family landscapes).
 
 Being a ``BaseSampler``, it leaves storage, resume, optuna-dashboard, the report and the pruner unchanged. What it
 predicted for a launch is stored on the trial (``search:predicted_tok_per_s``, ``search:expected_gain``,
@@ -58,9 +57,6 @@ LOCALITY = 0.15
 #: with launches still running, expected gain is also discounted by (1 - exp(-SPREAD x distance to the nearest
 #: running launch)): measured on the Kimi profile with 4 hosts (8 seeds), wall-clock to 98 % fell from 0.78 to 0.62 h
 SPREAD = 1.0
-#: the stop rule's gain is the promised one times the recent z-scores' RMS where that is below 1, never below this
-#: share of it: measured by replaying stop rules on recorded searches (benchmarks/stop_replay.py, docs/out-of-family.md)
-STOP_NARROW_FLOOR = 0.5
 #: asks in a row whose best expected gain is below ``stop_below_gain`` before the sampler calls itself confident
 CONFIDENT_ASKS = 2
 #: launches measured before the explorer's TPE leaves random sampling (it only runs once the model was wrong)
@@ -277,7 +273,7 @@ class StructuredSampler(optuna.samplers.BaseSampler):
         i, j = int(i), int(j)
         y = draws.at(i, j)
         promised = float(expected_gain(y, log_best))
-        self.last_expected_gain = stop_gain(promised, self.calibration)  # the stop rule's measure
+        self.last_expected_gain = float(revealed_gain(promised, np.std(y), noise))  # the stop rule's measure
         below = self._stop_below_gain is not None and self.last_expected_gain < self._stop_below_gain
         self._low_gain_asks = self._low_gain_asks + 1 if below else 0
         info = {
@@ -329,11 +325,11 @@ def expected_gain(y: np.ndarray, log_best: np.ndarray) -> np.ndarray:
     return np.clip(np.exp(y - log_best) - 1.0, 0.0, MAX_GAIN).mean(axis=-1)
 
 
-def stop_gain(promised: float, calibration: C.Calibration) -> float:
-    """The gain the stop rule judges for a launch that promised ``promised`` (the plain expected improvement): scaled
-    by the recent z-scores' RMS where it is below 1 (the launches landed closer to the predictions than the model's
-    spread said), never below ``STOP_NARROW_FLOOR`` of it (module doc)."""
-    return float(promised) * min(1.0, max(STOP_NARROW_FLOOR, calibration.z_rms))
+def revealed_gain(expected_gain: np.ndarray, spread: np.ndarray, noise: float) -> np.ndarray:
+    """What one launch can reveal of a configuration's expected gain: all of it where the model's spread (log tok/s)
+    dwarfs the launch noise, little where the model already knows the configuration within the noise (augmented
+    expected improvement, Huang et al. 2006: the factor ``1 - noise / hypot(spread, noise)``)."""
+    return expected_gain * (1.0 - noise / np.hypot(spread, noise))
 
 
 def _proximity(table: CandidateTable, seen: list[tuple[int, int]], locality: float) -> np.ndarray:
