@@ -169,10 +169,11 @@ def family_seeds_of(family: str) -> tuple[str, tuple[int, ...]]:
     """``module:SEEDS`` -> the module's name and its landscape seeds; ValueError naming what is allowed."""
     module, _, attr = family.partition(":")
     try:
-        seeds = getattr(importlib.import_module(module), attr, None) if module and attr else None
+        found = importlib.import_module(module) if module else None
     except ImportError:
-        seeds = None
-    if not isinstance(seeds, tuple) or not seeds or not hasattr(importlib.import_module(module), "landscape"):
+        found = None
+    seeds = getattr(found, attr, None) if attr else None
+    if not isinstance(seeds, tuple) or not seeds or not hasattr(found, "landscape"):
         raise ValueError(
             f"family {family!r}: expected module:SEEDS, a module with landscape(seed) and a tuple of seeds, "
             f"for example {FAMILIES[0]} or {FAMILIES[1]}"

@@ -33,7 +33,7 @@ import optuna
 from benchmarks import landscapes, landscapes_ood, parallel
 from benchmarks import strategies as S
 from benchmarks.answer import KIMI
-from benchmarks.trace import answers_after, landscape_module
+from benchmarks.trace import run_landscape
 from optimizer.samplers import calibration as C
 from optimizer.samplers.structured import CONFIDENT_ASKS, EXPECTED_GAIN
 from optimizer.settings import STOP_BELOW_GAIN_PCT
@@ -73,7 +73,7 @@ def rows_of(study: optuna.Study, tr: dict[str, Any]) -> list[dict[str, Any]]:
     """Per trial, in trial order: what the stop rule can read after it, and the true value of the answer then."""
     table, values, opt = tr["table"], tr["values"], tr["optimum"]
     trials = study.get_trials(deepcopy=False)
-    history = answers_after(study)
+    history = S.answers_after(study)
     rows, answer, before = [], 0.0, C.Calibration()
     for n, t in enumerate(trials):
         if t.number in history:
@@ -110,15 +110,10 @@ def record_one(where: str, k: int | None, run_seed: int, kimi_noise: float = KIM
         S.run_driver(
             KIMI, 1, "structured", run_seed, BUDGET, space, tr, launch_noise=kimi_noise, spend_budget=True, keep=keep
         )
+        study = keep["study"]
     else:
-        place = (landscape_module(k).landscape, k)
-        prof, space, conc, noise, _ = S._setting(place)
-        tr = S._truth(place, conc)
-        seed = S.landscape_seed(run_seed, k)
-        S.run_driver(
-            prof, conc, "structured", seed, BUDGET, space, tr, launch_noise=noise, spend_budget=True, keep=keep
-        )
-    return {"set": where, "landscape": k, "run_seed": run_seed, "rows": rows_of(keep["study"], tr)}
+        study, tr, _ = run_landscape(k, run_seed, BUDGET, spend_budget=True)
+    return {"set": where, "landscape": k, "run_seed": run_seed, "rows": rows_of(study, tr)}
 
 
 def replay(rows: list[dict[str, Any]], rule: Rule, threshold: float = STOP_BELOW_GAIN_PCT / 100.0) -> dict[str, Any]:

@@ -197,14 +197,20 @@ def run_driver(
     return score(study, ex, tr)
 
 
+def answers_after(study: optuna.Study) -> dict[int, int]:
+    """Trial number -> the study's answer (a trial number) right after it ended (``records.ESTIMATE`` history)."""
+    est = study.user_attrs.get(R.ESTIMATE)
+    history = est.get("history") if isinstance(est, dict) else None
+    return {int(a): int(b) for a, b in (history or [])}
+
+
 def score(study: optuna.Study, ex: ModelExecutor, tr: dict[str, Any]) -> dict[str, Any]:
     """Walk the launches in the order they ended; after each, the incumbent's true value. The incumbent is the
     study's answer at that moment (``records.search_answer``: the search's estimate, stored after every launch),
     else the fastest single launch so far."""
     table, values, opt = tr["table"], tr["values"], tr["optimum"]
     trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-    est = study.user_attrs.get(R.ESTIMATE)
-    answer_after = {int(a): int(b) for a, b in (est.get("history") or [])} if isinstance(est, dict) else {}
+    answer_after = answers_after(study)
     launches = sorted(ex.ledger.launches, key=lambda x: x[1])
     best_measured = -1.0
     incumbent_true = 0.0

@@ -47,9 +47,11 @@ def landscape_module(k: int) -> Any:
     )
 
 
-def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = False) -> dict[str, Any]:
-    """Run the default search once on landscape ``k`` and return its rows (one dict per trial), the stop record
-    and the run's score (``strategies.score``)."""
+def run_landscape(
+    k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = False
+) -> tuple[optuna.Study, dict[str, Any], dict[str, Any]]:
+    """The default search once on generated landscape ``k``, as the out-of-family check and the family rows run it
+    (the landscape's own launch noise and stream): the study, the truth and the run's score (``strategies.score``)."""
     where = (landscape_module(k).landscape, k)
     prof, space, conc, noise, _ = S._setting(where)
     tr = S._truth(where, conc)
@@ -66,10 +68,16 @@ def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = Fals
         spend_budget=spend_budget,
         keep=keep,
     )
-    study: optuna.Study = keep["study"]
+    return keep["study"], tr, score
+
+
+def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = False) -> dict[str, Any]:
+    """Run the default search once on landscape ``k`` and return its rows (one dict per trial), the stop record
+    and the run's score (``strategies.score``)."""
+    study, tr, score = run_landscape(k, run_seed, budget, spend_budget)
     table, values, opt = tr["table"], tr["values"], tr["optimum"]
     trials = study.get_trials(deepcopy=False)
-    answers = answers_after(study)
+    answers = S.answers_after(study)
     rows = []
     for n, t in enumerate(trials):
         loc = table.locate_trial(t)
@@ -87,7 +95,7 @@ def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = Fals
                 "true": float(values[loc]) / opt if loc is not None else 0.0,
                 "measured": (measured or 0.0) / opt,
                 "predicted": float(ua.get(C.PREDICTED) or 0.0) / opt,
-                "gain": float(ua.get("search:expected_gain") or 0.0),
+                "gain": float(ua.get(C.EXPECTED_GAIN) or 0.0),
                 "promised": float(ua.get(C.PROMISED_GAIN) or 0.0),
                 "p_improve": float(ua.get(C.P_IMPROVE) or 0.0),
                 "wrongness": cal.wrongness,
@@ -103,13 +111,6 @@ def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = Fals
         "score": score,
         "final": score["final_true"] / opt if opt > 0 else 0.0,
     }
-
-
-def answers_after(study: optuna.Study) -> dict[int, int]:
-    """Trial number -> the study's answer (a trial number) right after it ended (``records.ESTIMATE`` history)."""
-    est = study.user_attrs.get(R.ESTIMATE)
-    history = est.get("history") if isinstance(est, dict) else None
-    return {int(a): int(b) for a, b in (history or [])}
 
 
 def _short(params: dict[str, Any]) -> str:
