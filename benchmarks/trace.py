@@ -1,6 +1,6 @@
 """One search, launch by launch: what the model predicted and promised, what the launch measured, and the truth.
 
-``python -m benchmarks.trace LANDSCAPE [--run-seed 0] [--budget 30] [--spend-budget]`` runs one study the way
+``python -m benchmarks.trace LANDSCAPE [--run-seed 0] [--budget 30] [--spend-budget] [--model]`` runs one study the way
 ``benchmarks.out_of_family`` and ``make bench``'s family rows do (``strategies.driver_task``: the landscape's own
 launch noise and its own stream of the run seed) on a generated landscape: 0-29 and 1000-1029 are
 ``benchmarks/landscapes.py``'s family, 2000-2029 and 3000-3029 ``benchmarks/landscapes_ood.py``'s. It prints one
@@ -15,7 +15,11 @@ line per trial, in trial order:
   misses, the recent z-scores' RMS);
 - ``answer``: the true value of the study's answer after this launch (``records.search_answer``).
 
-and then why the search stopped. The docs' traces ("a seed-0 trace", docs/answer.md and docs/out-of-family.md)
+and then why the search stopped. ``--model`` adds the throughput model fitted to every launch of the study against the
+landscape's truth (:func:`model_against_truth`): for each configuration launched and the best few of the space, its
+true and predicted tok/s, its true and predicted accept length, and how far the predicted step time is off (both
+relative to the baseline at the default settings). It tells which half of the model is wrong where a search goes astray
+(docs/out-of-family.md, "Where the tree landscapes go wrong"). The docs' traces ("a seed-0 trace", docs/answer.md and docs/out-of-family.md)
 are this command's output.
 """
 
@@ -23,14 +27,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import warnings
 from typing import Any
 
+import numpy as np
 import optuna
 
 from benchmarks import landscapes, landscapes_ood
 from benchmarks import strategies as S
 from optimizer.samplers import calibration as C
+from optimizer.samplers import structured as ST
 from optimizer.study import records as R
 
 
@@ -110,7 +117,80 @@ def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = Fals
         "stop": study.user_attrs.get(R.SEARCH_STOP),
         "score": score,
         "final": score["final_true"] / opt if opt > 0 else 0.0,
+        "study": study,
+        "truth": tr,
     }
+
+
+def model_against_truth(k: int, study: optuna.Study, tr: dict[str, Any], top: int = 6) -> list[dict[str, Any]]:
+    """The structured sampler's throughput model, fitted to all of ``study``'s launches on landscape ``k``, against
+    the truth: one row per configuration launched (with how many launches) and per tree among the ``top`` truly
+    fastest (at its best settings), fastest first. ``step_error`` is the predicted step time (the tree's and the
+    settings' part) over the true one, each relative to the baseline at the default settings (1: right; above 1:
+    the model thinks it slower than it is)."""
+    prof, space, conc, _, _ = S._setting((landscape_module(k).landscape, k))
+    table, values, opt = tr["table"], tr["values"], tr["optimum"]
+    trials = study.get_trials(deepcopy=False)
+    obs = ST._collect(table, trials, -1)[0]
+    model = ST.fit_model(table, trials, obs, concurrency=conc, tp=ST.tp_size(space), adaptive_settings="auto")[0]
+    launches: dict[tuple[int, int], int] = {}
+    for o in obs:
+        launches[(o.i, o.j)] = launches.get((o.i, o.j), 0) + 1
+    best: dict[int, int] = {}  # tree -> its best settings column, for the truly fastest trees
+    for flat in np.argsort(values, axis=None)[::-1]:
+        i, j = np.unravel_index(int(flat), values.shape)
+        best.setdefault(int(i), int(j))
+        if len(best) >= top:
+            break
+    base = int(np.flatnonzero(~table.spec)[0])
+    j0 = table.other_values.index(tuple(table.default_other))  # the baseline's settings
+
+    def true_accept(i: int) -> float:
+        if not table.spec[i]:
+            return 1.0
+        steps, topk, draft = (int(x) for x in table.trees[i])
+        return float(prof.accept_length(str(table.algos[i]), (steps, topk, draft)))
+
+    def predicted(i: int, j: int) -> float:
+        return math.exp(model.mean_log_tps(i, j))
+
+    rows = []
+    for i, j in set(launches) | set(best.items()):
+        if values[i, j] <= 0:  # cannot serve: no step time to compare
+            step_error = None
+        else:
+            true_step = true_accept(i) / values[i, j] * values[base, j0]
+            step_error = model.accept_length(i) / predicted(i, j) * predicted(base, j0) / true_step
+        rows.append(
+            {
+                "tree": [int(x) for x in table.trees[i]] if table.spec[i] else None,
+                "params": {k: v for k, v in table.params(i, j).items() if k in table.other_names},
+                "launches": launches.get((i, j), 0),
+                "true": float(values[i, j]) / opt,
+                "predicted": predicted(i, j) / opt,
+                "accept_true": true_accept(i),
+                "accept_predicted": model.accept_length(i),
+                "step_error": step_error,
+            }
+        )
+    rows.sort(key=lambda r: -r["true"])
+    return rows
+
+
+def render_model(rows: list[dict[str, Any]], defaults: dict[str, Any] | None = None) -> str:
+    lines = [
+        "the model fitted to every launch, against the truth (tok/s as shares of the optimum; step time: predicted /"
+        " true, each relative to the baseline)"
+    ]
+    for r in rows:
+        tree = "baseline" if r["tree"] is None else "({}, {}, {})".format(*r["tree"])
+        settings = " ".join(f"{k}={v}" for k, v in r["params"].items() if (defaults or {}).get(k, object()) != v)
+        step = "-" if r["step_error"] is None else f"{r['step_error']:.2f}"
+        lines.append(
+            f"{tree:13s} launched {r['launches']:2d} true {r['true']:.3f} pred {r['predicted']:.3f}"
+            f" accept {r['accept_true']:.2f} pred {r['accept_predicted']:.2f} step {step} | {settings or 'defaults'}"
+        )
+    return "\n".join(lines)
 
 
 def _short(params: dict[str, Any]) -> str:
@@ -148,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-seed", type=int, default=0)
     ap.add_argument("--budget", type=int, default=30)
     ap.add_argument("--spend-budget", action="store_true", help="the stop rule off")
+    ap.add_argument("--model", action="store_true", help="then the fitted model against the truth")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(logging.ERROR)
@@ -156,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         ap.error(str(e))
     print(render(out))
+    if args.model:
+        table = out["truth"]["table"]
+        defaults = dict(zip(table.other_names, table.default_other))
+        print(render_model(model_against_truth(args.landscape, out["study"], out["truth"]), defaults))
     return 0
 
 

@@ -42,3 +42,29 @@ def test_a_landscape_no_generator_owns_is_refused_with_the_allowed_ranges(capsys
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "landscape 5000" in err and "0-29" in err and "3000-3029" in err
+
+
+def test_the_model_view_sets_every_launch_and_the_fastest_trees_against_the_truth(capsys) -> None:
+    out = trace.trace(2001, run_seed=0, budget=6)
+    rows = trace.model_against_truth(2001, out["study"], out["truth"], top=3)
+    table, values, opt = out["truth"]["table"], out["truth"]["values"], out["truth"]["optimum"]
+    launched = {table.locate_trial(t) for t in out["study"].get_trials(deepcopy=False)} - {None}
+    assert sum(r["launches"] > 0 for r in rows) <= len(launched)
+    assert rows[0]["true"] == pytest.approx(1.0)  # the optimum's tree is among the fastest three
+    assert [r["true"] for r in rows] == sorted((r["true"] for r in rows), reverse=True)
+    fastest_trees = [r["tree"] for r in rows if r["launches"] == 0]
+    assert len(fastest_trees) == len({tuple(t) for t in fastest_trees if t})  # one row per tree, at its best settings
+    base = next(r for r in rows if r["tree"] is None)
+    assert base["launches"] == 1 and base["accept_true"] == base["accept_predicted"] == 1.0
+    assert base["step_error"] == pytest.approx(1.0)  # the step times are relative to the baseline's
+    for r in rows:
+        assert r["predicted"] > 0 and r["accept_predicted"] >= 1.0
+        if r["tree"] is not None and r["true"] > 0:
+            steps, topk, draft = r["tree"]
+            assert 1.0 < r["accept_true"] <= min(steps + 1, draft)
+            assert r["step_error"] > 0
+    assert max(r["true"] * opt for r in rows) == pytest.approx(float(values.max()))
+    assert trace.main(["2001", "--budget", "4", "--model"]) == 0
+    printed = capsys.readouterr().out
+    assert "the model fitted to every launch, against the truth" in printed
+    assert "baseline      launched  1" in printed
