@@ -1,7 +1,7 @@
 """One search, launch by launch: what the model predicted and promised, what the launch measured, and the truth.
 
-``python -m benchmarks.trace LANDSCAPE [--run-seed 0] [--budget 30] [--spend-budget] [--model]`` runs one study the way
-``benchmarks.out_of_family`` and ``make bench``'s family rows do (``strategies.driver_task``: the landscape's own
+``python -m benchmarks.trace LANDSCAPE [--run-seed 0] [--budget 30] [--spend-budget] [--model]`` runs one study the
+way ``benchmarks.out_of_family`` and ``make bench``'s family rows do (``strategies.driver_task``: the landscape's own
 launch noise and its own stream of the run seed) on a generated landscape: 0-29 and 1000-1029 are
 ``benchmarks/landscapes.py``'s family, 2000-2029 and 3000-3029 ``benchmarks/landscapes_ood.py``'s. It prints one
 line per trial, in trial order:
@@ -15,12 +15,12 @@ line per trial, in trial order:
   misses, the recent z-scores' RMS);
 - ``answer``: the true value of the study's answer after this launch (``records.search_answer``).
 
-and then why the search stopped. ``--model`` adds the throughput model fitted to every launch of the study against the
-landscape's truth (:func:`model_against_truth`): for each configuration launched and the best few of the space, its
-true and predicted tok/s, its true and predicted accept length, and how far the predicted step time is off (both
-relative to the baseline at the default settings). It tells which half of the model is wrong where a search goes astray
-(docs/out-of-family.md, "Where the tree landscapes go wrong"). The docs' traces ("a seed-0 trace", docs/answer.md and docs/out-of-family.md)
-are this command's output.
+and then why the search stopped. ``--model`` adds the throughput model fitted to every launch of the study against
+the landscape's truth (:func:`model_against_truth`): for each configuration launched and the fastest few trees of
+the space, its true and predicted tok/s, its true and predicted accept length, and how far the predicted step time
+is off (both relative to the baseline at the default settings). It tells which half of the model is wrong where a
+search goes astray (docs/out-of-family.md, "Where the tree landscapes go wrong"). The docs' traces ("a seed-0
+trace", docs/answer.md and docs/out-of-family.md) are this command's output.
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def model_against_truth(k: int, study: optuna.Study, tr: dict[str, Any], top: in
         rows.append(
             {
                 "tree": [int(x) for x in table.trees[i]] if table.spec[i] else None,
-                "params": {k: v for k, v in table.params(i, j).items() if k in table.other_names},
+                "params": {name: v for name, v in table.params(i, j).items() if name in table.other_names},
                 "launches": launches.get((i, j), 0),
                 "true": float(values[i, j]) / opt,
                 "predicted": predicted(i, j) / opt,
