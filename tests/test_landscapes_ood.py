@@ -422,3 +422,20 @@ def test_spend_budget_turns_the_stop_rule_off_to_measure_what_it_costs() -> None
     assert spent["launches"] == 12
     out = measure((3025,), ("structured",), budget=12, spend_budget=True, log=lambda msg: None)
     assert out["spend_budget"] is True and out["strategies"]["structured"]["launches_each"] == [12]
+
+
+def test_a_fresh_draw_of_the_generator_runs_the_landscapes_it_names(tmp_path, capsys) -> None:
+    """``--landscapes FIRST-LAST``: seeds of the generator outside both halves, for a set no earlier choice has
+    seen; a malformed range is refused before any run."""
+    for bad in ("4030", "4059-4030", "a-b", "4030-"):
+        with pytest.raises(SystemExit, match="expected FIRST-LAST"):
+            out_of_family.main(["--landscapes", bad])
+    out = tmp_path / "fresh.json"
+    assert (
+        out_of_family.main(["--landscapes", "4030-4031", "--strategies", "random", "--budget", "3", "--json", str(out)])
+        == 0
+    )
+    written = json.loads(out.read_text())
+    assert written["landscapes"] == [4030, 4031]
+    assert not set(written["landscapes"]) & (set(TUNING) | set(HELD_OUT))
+    assert written["strategies"]["random"]["runs"] == 2
