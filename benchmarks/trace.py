@@ -29,6 +29,7 @@ import argparse
 import logging
 import math
 import warnings
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -124,8 +125,8 @@ def trace(k: int, run_seed: int = 0, budget: int = 30, spend_budget: bool = Fals
 
 def model_against_truth(k: int, study: optuna.Study, tr: dict[str, Any], top: int = 6) -> list[dict[str, Any]]:
     """The structured sampler's throughput model, fitted to all of ``study``'s launches on landscape ``k``, against
-    the truth: one row per configuration launched (with how many launches) and per tree among the ``top`` truly
-    fastest (at its best settings), fastest first. ``step_error`` is the predicted step time (the tree's and the
+    the truth: one row per configuration launched (with how many launches and the settings it changed from the
+    defaults) and per tree among the ``top`` truly fastest (at its best settings), fastest first. ``step_error`` is the predicted step time (the tree's and the
     settings' part) over the true one, each relative to the baseline at the default settings (1: right; above 1:
     the model thinks it slower than it is)."""
     prof, space, conc, _, _ = S._setting((landscape_module(k).landscape, k))
@@ -133,9 +134,8 @@ def model_against_truth(k: int, study: optuna.Study, tr: dict[str, Any], top: in
     trials = study.get_trials(deepcopy=False)
     obs = ST._collect(table, trials, -1)[0]
     model = ST.fit_model(table, trials, obs, concurrency=conc, tp=ST.tp_size(space), adaptive_settings="auto")[0]
-    launches: dict[tuple[int, int], int] = {}
-    for o in obs:
-        launches[(o.i, o.j)] = launches.get((o.i, o.j), 0) + 1
+    launches = Counter((o.i, o.j) for o in obs)
+    defaults = dict(zip(table.other_names, table.default_other))
     best: dict[int, int] = {}  # tree -> its best settings column, for the truly fastest trees
     for flat in np.argsort(values, axis=None)[::-1]:
         i, j = np.unravel_index(int(flat), values.shape)
@@ -164,8 +164,8 @@ def model_against_truth(k: int, study: optuna.Study, tr: dict[str, Any], top: in
         rows.append(
             {
                 "tree": [int(x) for x in table.trees[i]] if table.spec[i] else None,
-                "params": {name: v for name, v in table.params(i, j).items() if name in table.other_names},
-                "launches": launches.get((i, j), 0),
+                "settings": {n: v for n, v in table.params(i, j).items() if n in defaults and v != defaults[n]},
+                "launches": launches[(i, j)],
                 "true": float(values[i, j]) / opt,
                 "predicted": predicted(i, j) / opt,
                 "accept_true": true_accept(i),
@@ -177,14 +177,14 @@ def model_against_truth(k: int, study: optuna.Study, tr: dict[str, Any], top: in
     return rows
 
 
-def render_model(rows: list[dict[str, Any]], defaults: dict[str, Any] | None = None) -> str:
+def render_model(rows: list[dict[str, Any]]) -> str:
     lines = [
         "the model fitted to every launch, against the truth (tok/s as shares of the optimum; step time: predicted /"
         " true, each relative to the baseline)"
     ]
     for r in rows:
         tree = "baseline" if r["tree"] is None else "({}, {}, {})".format(*r["tree"])
-        settings = " ".join(f"{k}={v}" for k, v in r["params"].items() if (defaults or {}).get(k, object()) != v)
+        settings = " ".join(f"{k}={v}" for k, v in r["settings"].items())
         step = "-" if r["step_error"] is None else f"{r['step_error']:.2f}"
         lines.append(
             f"{tree:13s} launched {r['launches']:2d} true {r['true']:.3f} pred {r['predicted']:.3f}"
@@ -238,9 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     print(render(out))
     if args.model:
-        table = out["truth"]["table"]
-        defaults = dict(zip(table.other_names, table.default_other))
-        print(render_model(model_against_truth(args.landscape, out["study"], out["truth"]), defaults))
+        print(render_model(model_against_truth(args.landscape, out["study"], out["truth"])))
     return 0
 
 
