@@ -47,11 +47,14 @@ def landscape_module(k: int) -> Any:
     for module in (landscapes, landscapes_ood):
         if k in module.TUNING or k in module.HELD_OUT:
             return module
+    if k >= landscapes_ood.TUNING[0]:  # a fresh draw of the out-of-family generator (--landscapes 4030-4059)
+        return landscapes_ood
     raise ValueError(
         f"landscape {k}: not a generated landscape; allowed: {landscapes.TUNING[0]}-{landscapes.TUNING[-1]}, "
         f"{landscapes.HELD_OUT[0]}-{landscapes.HELD_OUT[-1]} (benchmarks/landscapes.py), "
         f"{landscapes_ood.TUNING[0]}-{landscapes_ood.TUNING[-1]}, "
-        f"{landscapes_ood.HELD_OUT[0]}-{landscapes_ood.HELD_OUT[-1]} (benchmarks/landscapes_ood.py)"
+        f"{landscapes_ood.HELD_OUT[0]}-{landscapes_ood.HELD_OUT[-1]} and any fresh draw from "
+        f"{landscapes_ood.TUNING[0]} up (benchmarks/landscapes_ood.py)"
     )
 
 
@@ -224,7 +227,11 @@ def render(out: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.trace", description=__doc__.split("\n\n")[0])
-    ap.add_argument("landscape", type=int, help="a generated landscape's seed (0-29, 1000-1029, 2000-2029, 3000-3029)")
+    ap.add_argument(
+        "landscape",
+        type=int,
+        help="a generated landscape's seed (0-29, 1000-1029; 2000 and up: the out-of-family generator)",
+    )
     ap.add_argument("--run-seed", type=int, default=0)
     ap.add_argument("--budget", type=int, default=30)
     ap.add_argument("--spend-budget", action="store_true", help="the stop rule off")

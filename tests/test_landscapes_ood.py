@@ -286,6 +286,10 @@ def test_the_check_for_a_search_change_runs_each_landscape_once_per_run_seed() -
     assert summary["final_fraction_each"] == [round(r["final_fraction"], 4) for r in alone]
     assert summary["launches_each"] == [r["launches"] for r in alone] == [4, 4]
     assert summary["final_within_2pct"] == sum(r["final_fraction"] >= 0.98 for r in alone)
+    assert summary["final_fraction_mean"] == pytest.approx(sum(r["final_fraction"] for r in alone) / 2)
+    assert summary["final_fraction_p10"] == pytest.approx(
+        min(r["final_fraction"] for r in alone) * 0.9 + max(r["final_fraction"] for r in alone) * 0.1
+    )
     assert summary["launches_mean"] == 4.0
 
 
@@ -367,6 +371,17 @@ def test_a_change_is_judged_by_the_runs_it_gains_and_loses_paired_by_landscape_a
     swapped = copy.deepcopy(good)
     swapped["strategies"]["s"]["restarts_each"][1:3] = [31, 31]
     assert paired(mixed, swapped, "s")["reached"] == {"gained": 1, "lost": 1, "p": 1.0}
+    # the answers' true values, paired: 10 points lower in every run is a mean change of -10 % and no accident
+    fell = paired(good, bad, "s")["final_fraction"]
+    assert fell["mean_change"] == pytest.approx(-0.1) and fell["changed"] == 10 and fell["p"] < 0.01
+    # answers moved from 97.9 % to 98.1 % flip every run's count and gain almost nothing
+    hair = {**ten, "strategies": {"s": {"restarts_each": [3] * 10, "final_fraction_each": [0.979] * 10}}}
+    over = copy.deepcopy(hair)
+    over["strategies"]["s"]["final_fraction_each"] = [0.981] * 10
+    d = paired(hair, over, "s")
+    assert d["final_within_2pct"]["gained"] == 10
+    assert d["final_fraction"]["mean_change"] == pytest.approx(0.002)
+    assert paired(good, good, "s")["final_fraction"] == {"mean_change": 0.0, "changed": 0, "p": 1.0}
     # the command line reads the earlier file before any run: a wrong file costs no minutes
     missing = tmp_path / "missing.json"
     with pytest.raises(SystemExit, match="missing.json: cannot read it as JSON"):

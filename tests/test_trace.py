@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import trace
+from benchmarks import landscapes_ood, trace
 from benchmarks.landscapes_ood import landscape
 from benchmarks.out_of_family import run_one
 
@@ -38,10 +38,12 @@ def test_a_trace_is_the_run_the_house_check_scores_launch_by_launch() -> None:
 
 def test_a_landscape_no_generator_owns_is_refused_with_the_allowed_ranges(capsys) -> None:
     with pytest.raises(SystemExit) as e:
-        trace.main(["5000"])
+        trace.main(["500"])
     assert e.value.code == 2
     err = capsys.readouterr().err
-    assert "landscape 5000" in err and "0-29" in err and "3000-3029" in err
+    assert "landscape 500" in err and "0-29" in err and "3000-3029" in err and "from 2000 up" in err
+    # a fresh draw of the out-of-family generator (benchmarks.out_of_family --landscapes 4030-4059) can be traced
+    assert trace.landscape_module(4042) is landscapes_ood and trace.landscape_module(3007) is landscapes_ood
 
 
 def test_the_model_view_sets_every_launch_and_the_fastest_trees_against_the_truth(capsys) -> None:
