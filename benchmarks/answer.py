@@ -293,8 +293,20 @@ def table(res: dict[str, Any]) -> str:
 
 
 def section_answer(args: argparse.Namespace) -> dict[str, Any]:
-    """``benchmarks/run.py``'s ``answer`` section."""
-    return run(seeds=getattr(args, "answer_seeds", None) or args.seeds, log=lambda s: print(s, flush=True))
+    """``benchmarks/run.py``'s ``answer`` section, with the noise floor of the Kimi target beneath it: the most any
+    search can export within 2 % in a given number of restarts (``benchmarks.noise_floor``)."""
+    from benchmarks import noise_floor
+
+    res = run(seeds=getattr(args, "answer_seeds", None) or args.seeds, log=lambda s: print(s, flush=True))
+    floors = [noise_floor.report(KIMI, noise) for noise in NOISES]
+    for f in floors:
+        print(f["line"], flush=True)
+    res["noise_floor"] = [
+        {k: f[k] for k in ("profile", "noise", "gap", "decides", "restarts_for_95")}
+        | {"bound": {str(n): round(p, 4) for n, p in f["bound"].items()}}
+        for f in floors
+    ]
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:
