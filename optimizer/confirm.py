@@ -46,7 +46,7 @@ from .events import PhaseEvent, TrialResult
 from .study import hostnoise
 from .study import records as R
 from .trial import TrialSpec
-from .verdict import Arm, Verdict, arm_cost, decide
+from .verdict import SETTLE_HORIZON, Arm, Verdict, arm_cost, decide, rounds_to_settle
 
 PLAN_ATTR = R.CONFIRM_PLAN
 RUN_PREFIX = R.CONFIRM_RUN_PREFIX
@@ -459,9 +459,17 @@ class Confirmer:
                     what.append(f"{winner} and {', '.join(others)} could not be told apart")
                 if any(a.baseline for a in undecided):
                     what.append(f"the gain over the baseline (below {verdict.margin:.0%} or above 0) is not decided")
+                more = rounds_to_settle(verdict)
                 verdict.lines.append(
                     f"not decided at 95 % after {done_rounds} round(s): {'; '.join(what)} within {rounds} rounds "
-                    "(confirm.rounds) at this noise; more rounds (confirm --confirm-rounds N) add to these"
+                    "(confirm.rounds) at this noise; "
+                    + (
+                        f"if the measured means held, confirm --confirm-rounds {done_rounds + more} would decide it "
+                        f"({more} more round(s), {more * (len(undecided) + 1)} relaunches, added to these)"
+                        if more
+                        else "more rounds (confirm --confirm-rounds N) add to these, but if the measured means held "
+                        f"not even {done_rounds + SETTLE_HORIZON} rounds would decide it"
+                    )
                 )
         result = verdict.as_dict()
         result["plan"] = plan["id"]

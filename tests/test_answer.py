@@ -5,6 +5,7 @@ the confirmation. Real simulator server processes and real journal storage throu
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import optuna
@@ -132,6 +133,14 @@ def test_a_small_gap_takes_more_rounds_and_later_rounds_add_to_the_runs(tmp_path
     assert result["decided"] is None and result["rounds"] == 1 and result["could_not_tell_apart"] == ["trial 2"]
     assert "launch noise from the host's stored 8.0%" in out
     assert "could not be told apart within 1 rounds" in out
+    # what more rounds would cost, by the futility rule's own projection: a round relaunches both configurations
+    m = re.search(
+        r"if the measured means held, confirm --confirm-rounds (\d+) would decide it \((\d+) more round\(s\), "
+        r"(\d+) relaunches, added to these\)",
+        out,
+    )
+    assert m is not None, out
+    assert int(m.group(1)) == 1 + int(m.group(2)) and int(m.group(3)) == 2 * int(m.group(2))
     summary = json.loads((tmp_path / "studies" / "answer" / "summary.json").read_text())
     assert any("could not be told apart" in line for line in summary["confirmation"]["verdict"])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from optimizer.verdict import Arm, decide, launch_noise, pool, ratio, settle, t_interval
+from optimizer.verdict import Arm, decide, launch_noise, pool, ratio, rounds_to_settle, settle, t_interval
 
 
 def arm(label, runs, cost=(3, 4, 1), baseline=False, trial=None):
@@ -201,3 +201,28 @@ def test_futility_projects_the_test_it_will_apply():
         a.pooled = (0.0257, 30)
     assert settle(winner, [runner_up], None, 0.02, more=1) == ([winner, runner_up], [], None)  # one more round
     assert settle(winner, [runner_up], None, 0.02, more=0) == ([], [runner_up], None)  # no launches left
+
+
+def test_an_undecided_verdict_says_how_many_rounds_would_decide_it_if_the_means_held():
+    """``rounds_to_settle``: the fewest further rounds for which ``settle``'s own projection settles every open
+    comparison; the confirmation prints it, so a user knows what ``confirm --confirm-rounds N`` would cost."""
+    base = seq_arm("baseline", [90, 91], cost=(0, 0, 0), baseline=True)
+    winner, runner_up = seq_arm("trial 1", [100, 101], trial=1), seq_arm("trial 2", [99, 100], trial=2)
+    v = decide([base, winner, runner_up], prior=(0.03, 30), paired=False, more=0)
+    assert v.decided is None and v.winner is winner and runner_up in v.apart
+    k = rounds_to_settle(v)
+    assert k is not None and k > 1
+    # the same projection as the futility rule: k more launches each settle the pair, k - 1 do not
+    judged = winner.relaunched()
+    assert runner_up in settle(judged, [runner_up], base, 0.02, more=k)[0]
+    assert runner_up in settle(judged, [runner_up], base, 0.02, more=k - 1)[1]
+    # a decided verdict has no count
+    clear = decide(
+        [base, seq_arm("trial 1", [120, 121], trial=1), seq_arm("trial 2", [90, 90], trial=2)],
+        prior=(0.01, 30),
+        paired=False,
+    )
+    assert clear.decided is not None and rounds_to_settle(clear) is None
+    # at 20 % noise, 1 % apart: more than SETTLE_HORIZON rounds
+    far = [base, seq_arm("trial 1", [100, 101], trial=1), seq_arm("trial 2", [99, 100], trial=2)]
+    assert rounds_to_settle(decide(far, prior=(0.2, 30), paired=False)) is None
