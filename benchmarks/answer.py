@@ -302,7 +302,7 @@ def section_answer(args: argparse.Namespace) -> dict[str, Any]:
     for f in floors:
         print(f["line"], flush=True)
     res["noise_floor"] = [
-        {k: f[k] for k in ("profile", "noise", "gap", "decides", "restarts_for_95")}
+        {k: f[k] for k in ("profile", "noise", "gap", "decides", "restarts_for_95", "sequential_restarts_for_95")}
         | {"bound": {str(n): round(p, 4) for n, p in f["bound"].items()}}
         for f in floors
     ]
