@@ -179,46 +179,28 @@ def picked(winner: Arm, group: Sequence[Arm]) -> str:
     return "fastest" if all(a.cost == winner.cost for a in group) else "cheapest"
 
 
-def _projected(
-    a: Arm, b: Arm, iv: Interval, lo_goal: float | None, hi_goal: float | None, more: int, confidence: float
-) -> bool:
-    """Whether ``more`` further launches of each would settle the comparison ``iv`` (a minus b) if its mean held:
-    its one-sided bound past ``lo_goal`` or ``hi_goal``, with the t quantile at the degrees of freedom the pooled
-    noise would have by then (at least)."""
-    if more <= 0 or a.pooled is None or not iv.n:
-        return False
-    na, nb = len(a.values) + more, len(b.values) + more
-    q = float(_st.t.ppf(confidence, a.pooled[1] + 2 * more))
-    half = q * a.pooled[0] * math.sqrt(1 / na + 1 / nb)
-    return (hi_goal is not None and iv.mean + half < hi_goal) or (lo_goal is not None and iv.mean - half > lo_goal)
-
-
 #: ``rounds_to_settle`` looks no further than this many rounds
 SETTLE_HORIZON = 50
 
 
 def rounds_to_settle(verdict: Verdict, confidence: float = CONFIDENCE) -> int | None:
     """The fewest further rounds after which every comparison the sequential verdict left undecided would be
-    settled, if the measured means held (``settle``'s own projection; a round relaunches each arm once). None when
-    the verdict is decided, or when not even ``SETTLE_HORIZON`` rounds would do (means a hair from a goal)."""
+    settled, if the measured means held: ``settle``'s own futility projection, asked for 1, 2, ... more launches of
+    each (a round relaunches each arm once) until it leaves nothing it could not settle. None when the verdict is
+    decided, or when not even ``SETTLE_HORIZON`` rounds would do (means a hair from a goal, or a large noise)."""
     winner = verdict.winner
     if verdict.paired or verdict.decided is not None or winner is None:
         return None
-    judged = winner.relaunched()
-    m = math.log(1 + verdict.margin)
-    two = two_sided(confidence)
-    pairs = []
-    for a in [*verdict.open, *verdict.apart]:
-        if a is winner:
-            continue
-        pairs.append((judged, a, diff(judged, a, two)) if a.baseline else (a, judged, diff(a, judged, two)))
-    need = 0
-    for a, b, iv in pairs:
-        n = next((k for k in range(1, SETTLE_HORIZON + 1) if _projected(a, b, iv, 0.0, m, k, confidence)), None)
-        if n is None:
-            return None
-        need = max(need, n)
-    return need or None
+    cands = [a for a in verdict.arms if not a.baseline and a.values]
+    base = next((a for a in verdict.arms if a.baseline and a.values), None)
+    if winner.baseline:  # the baseline stands (``_baseline_stands``): judged against every configuration
+        judged, others, base = winner, cands, None
+    else:  # as ``decide`` judges its winner: on its relaunches
+        judged, others = winner.relaunched(), [a for a in cands if a is not winner]
+    for more in range(1, SETTLE_HORIZON + 1):
+        if not settle(judged, others, base, verdict.margin, confidence, more=more)[1]:
+            return more
+    return None
 
 
 def settle(
@@ -248,7 +230,13 @@ def settle(
     equivalent = False
 
     def reachable(a: Arm, b: Arm, iv: Interval, lo_goal: float | None, hi_goal: float | None) -> bool:
-        return _projected(a, b, iv, lo_goal, hi_goal, more, confidence)
+        if more <= 0 or a.pooled is None or not iv.n:
+            return False
+        na, nb = len(a.values) + more, len(b.values) + more
+        # the test it projects: the t quantile at the degrees of freedom the noise would have by then (at least)
+        q = float(_st.t.ppf(confidence, a.pooled[1] + 2 * more))
+        half = q * a.pooled[0] * math.sqrt(1 / na + 1 / nb)
+        return (hi_goal is not None and iv.mean + half < hi_goal) or (lo_goal is not None and iv.mean - half > lo_goal)
 
     for c in others:
         iv = diff(c, winner, two)
