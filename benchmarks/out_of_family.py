@@ -1,6 +1,6 @@
 """Restarts to 98 % on the out-of-family landscapes (``benchmarks/landscapes_ood.py``), with the streak share.
 
-``python -m benchmarks.out_of_family [--half held-out | --landscapes 4120-4149] [--budget 30] [--strategies
+``python -m benchmarks.out_of_family [--half held-out | --landscapes FIRST-LAST] [--budget 30] [--strategies
 structured tpe random] [--run-seeds 0] [--jobs N] [--spend-budget] [--against BEFORE.json]`` runs
 ``benchmarks.strategies.run_driver`` once per landscape and run seed for each strategy and prints median and p90
 restarts to 98 % of the optimum (``summarize``, censored at budget + 1), runs reached, runs whose final answer is
@@ -13,8 +13,8 @@ path): the house check for a search change is ``--half tuning --run-seeds 0,1`` 
 0,1,2`` with ``--strategies structured``, both against the commit before the change (docs/out-of-family.md).
 Both halves have judged many changes; ``--landscapes FIRST-LAST`` draws other seeds of the generator, a set that no
 earlier choice has seen (4000-4059 have been drawn: against TPE the default lost on the first thirty and led on the
-next; 4060-4089 judged a calibration change and 4090-4119 the settings' locality, docs/out-of-family.md; 4120 on
-are fresh).
+next; 4060-4089 judged a calibration change and 4090-4119 the settings' locality, docs/out-of-family.md;
+``FRESH_FROM`` on are fresh).
 
 ``--against BEFORE.json`` pairs each run with the same landscape and run seed in an earlier ``--json`` file and
 prints the runs gained and lost (reached 98 %; final answer within 2 %) with a two-sided sign test: on 60 runs a
@@ -38,6 +38,10 @@ from benchmarks import parallel
 from benchmarks import strategies as S
 from benchmarks.landscapes_ood import HELD_OUT, TUNING, landscape
 from benchmarks.streaks import launches_from_study, near_identical_streak_share
+
+#: the generator's seeds from here on have not been run for any figure or choice (move it when a draw is spent)
+FRESH_FROM = 4120
+FRESH_EXAMPLE = f"{FRESH_FROM}-{FRESH_FROM + 29}"
 
 
 @contextmanager
@@ -214,7 +218,9 @@ def landscape_range(text: str) -> tuple[int, ...]:
     """``FIRST-LAST`` -> the generator's seeds FIRST..LAST; anything else is refused with the allowed form."""
     first, sep, last = text.partition("-")
     if not (sep and first.strip().isdigit() and last.strip().isdigit() and int(first) <= int(last)):
-        raise SystemExit(f"--landscapes {text!r}: expected FIRST-LAST, two seeds with FIRST <= LAST (e.g. 4120-4149)")
+        raise SystemExit(
+            f"--landscapes {text!r}: expected FIRST-LAST, two seeds with FIRST <= LAST (e.g. {FRESH_EXAMPLE})"
+        )
     return tuple(range(int(first), int(last) + 1))
 
 
@@ -223,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--half", choices=("tuning", "held-out"), default="held-out")
     ap.add_argument(
         "--landscapes",
-        help="other seeds of the generator instead of a half, FIRST-LAST (for example 4120-4149): a fresh draw that "
-        "no earlier choice has seen",
+        help=f"other seeds of the generator instead of a half, FIRST-LAST (for example {FRESH_EXAMPLE}): a fresh "
+        "draw that no earlier choice has seen",
     )
     ap.add_argument("--budget", type=int, default=30)
     ap.add_argument("--strategies", nargs="+", default=["structured", "tpe", "random"])

@@ -47,7 +47,7 @@ def landscape_module(k: int) -> Any:
     for module in (landscapes, landscapes_ood):
         if k in module.TUNING or k in module.HELD_OUT:
             return module
-    if k >= landscapes_ood.TUNING[0]:  # a fresh draw of the out-of-family generator (--landscapes 4120-4149)
+    if k >= landscapes_ood.TUNING[0]:  # a fresh draw of the out-of-family generator (--landscapes FIRST-LAST)
         return landscapes_ood
     raise ValueError(
         f"landscape {k}: not a generated landscape; allowed: {landscapes.TUNING[0]}-{landscapes.TUNING[-1]}, "

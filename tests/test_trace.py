@@ -42,7 +42,7 @@ def test_a_landscape_no_generator_owns_is_refused_with_the_allowed_ranges(capsys
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "landscape 500" in err and "0-29" in err and "3000-3029" in err and "from 2000 up" in err
-    # a fresh draw of the out-of-family generator (benchmarks.out_of_family --landscapes 4120-4149) can be traced
+    # a fresh draw of the out-of-family generator (benchmarks.out_of_family --landscapes FIRST-LAST) can be traced
     assert trace.landscape_module(4042) is landscapes_ood and trace.landscape_module(3007) is landscapes_ood
 
 
