@@ -16,7 +16,10 @@ its launch helped select it and is left out of its estimate (so it is not biased
 were selected for being high and read high too, which only makes the winner harder to declare). It stays the winner
 until the relaunches settle a comparison against it: an undecided confirmation exports it, not whichever
 configuration a few noisy relaunches ranked first. A round relaunches only the configurations still in an open comparison (the study's best always in the first round): one
-the search's launches already separate is not relaunched. A round's relaunches run side by side on idle hosts.
+the search's launches already separate is not relaunched. A round's relaunches run side by side on the hosts; hosts
+the round would leave idle relaunch the configurations in question again (the study's answer first, the baseline
+last) where that can save a round (``Confirmer._fill``): a round on four hosts with two configurations in question
+can measure each twice for the wall-clock of one.
 The noise starts from the host's stored noise (``optimizer.study.hostnoise``), else a stated prior, pooled with
 what the launches show; the measured noise is stored for the host afterwards. Rounds asked later
 (``confirm --confirm-rounds 4`` after 3) add to the runs already made. ``sequential: false`` is the fixed design:
@@ -46,7 +49,7 @@ from .events import PhaseEvent, TrialResult
 from .study import hostnoise
 from .study import records as R
 from .trial import TrialSpec
-from .verdict import SETTLE_HORIZON, Arm, Verdict, arm_cost, decide, rounds_to_settle
+from .verdict import SETTLE_HORIZON, Arm, Verdict, arm_cost, decide, launch_noise, rounds_to_settle
 
 PLAN_ATTR = R.CONFIRM_PLAN
 RUN_PREFIX = R.CONFIRM_RUN_PREFIX
@@ -66,6 +69,7 @@ class Item:
     round: int
     arm: int  # index into the plan's arms
     retries: int = 0
+    slot: int = 0  # 0: the arm's relaunch of the round; 1, 2, ...: again, on a host the round would leave idle
 
 
 def candidates(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
@@ -128,7 +132,10 @@ def arms_from(study: optuna.Study) -> list[Arm]:
     ]
     for r in runs_of(study, plan.get("id")):
         if r.get("status") == "complete" and isinstance(r.get("tok_per_s"), (int, float)) and r["tok_per_s"] > 0:
-            arms[r["arm"]].runs[int(r["round"])] = float(r["tok_per_s"])
+            if r.get("slot"):
+                arms[r["arm"]].extra.append(float(r["tok_per_s"]))
+            else:
+                arms[r["arm"]].runs[int(r["round"])] = float(r["tok_per_s"])
     return arms
 
 
@@ -338,16 +345,48 @@ class Confirmer:
             todo_arms = self._open_arms(plan, prior, margin, first=r == 0 or not done_runs, more=rounds - r)
             if not todo_arms:
                 break
-            labels = ", ".join(plan["arms"][i]["label"] for i in todo_arms)
-            self.say(f"confirmation round {r + 1}/{rounds}: {labels}")
             todo = [Item(seq=0, round=r, arm=i) for i in todo_arms]
+            todo += self._fill(plan, todo_arms, r, prior, margin)
+            labels = ", ".join(plan["arms"][i]["label"] for i in todo_arms)
+            again = len(todo) - len(todo_arms)
+            self.say(
+                f"confirmation round {r + 1}/{rounds}: {labels}"
+                + (f" (and {again} more relaunch(es) of them on hosts the round would leave idle)" if again else "")
+            )
             self._launch(plan, cands, todo, rounds, finished=0, total=len(todo))
             done_runs = runs_of(self.study, plan["id"])
         done_rounds = 1 + max((int(x["round"]) for x in done_runs), default=-1)
         more = 0 if self.stopping else rounds - done_rounds
         return self._decide(arms_from(self.study), prior, margin, more)
 
-    def _decide(self, arms: list[Arm], prior: tuple[float, int], margin: float, more: int) -> Verdict:
+    def _fill(
+        self, plan: dict[str, Any], todo_arms: list[int], round_no: int, prior: tuple[float, int], margin: float
+    ) -> list[Item]:
+        """Relaunches for the hosts a round would leave idle: the arms in question again, the study's answer and the
+        other configurations before the baseline (a round takes the wall-clock of one launch whatever it holds).
+        Only where they can save a round: where the round's own relaunches would leave the noise measured too poorly
+        to settle anything (a new host, ``MIN_DF``), or where a comparison that one relaunch each could not settle,
+        if the means held, two could."""
+        idle = len(self.host_names) - len(todo_arms)
+        if idle <= 0 or not todo_arms:
+            return []
+        arms = self._arms_for_choice(plan)
+        # the degrees of freedom of noise the round's own relaunches would bring (an arm's first value brings none)
+        counted = arms_from(self.study)  # the study's best without its own launch, as the verdict counts it
+        df = launch_noise(counted)[1] + sum(1 for i in todo_arms if counted[i].values)
+        measuring = not self.noise_known and df < MIN_DF  # the round alone would leave nothing settleable
+        if not measuring:
+            one, two = (self._decide(arms, prior, margin, more, min_df=0) for more in (1, 2))
+            if len(two.apart) >= len(one.apart):
+                return []
+        order = sorted(
+            todo_arms, key=lambda i: (not plan["arms"][i].get("selected"), bool(plan["arms"][i]["baseline"]))
+        )
+        return [Item(seq=0, round=round_no, arm=order[k % len(order)], slot=1 + k // len(order)) for k in range(idle)]
+
+    def _decide(
+        self, arms: list[Arm], prior: tuple[float, int], margin: float, more: int, min_df: int | None = None
+    ) -> Verdict:
         """The sequential verdict: unpaired, with the noise prior as this host allows. On a host whose noise is not
         known the prior is a stated one: it decides nothing alone (the launches must have measured the noise with
         MIN_DF degrees of freedom before a comparison is settled) and only ever raises a measured noise
@@ -361,20 +400,26 @@ class Confirmer:
             margin=margin,
             paired=False,
             more=more,
-            min_df=0 if self.noise_known else MIN_DF,
+            min_df=(0 if self.noise_known else MIN_DF) if min_df is None else min_df,
             prior_is_floor=not self.noise_known,
             standing=selected[0] if selected else None,
         )
+
+    def _arms_for_choice(self, plan: dict[str, Any]) -> list[Arm]:
+        """The arms as a round's choice weighs them: the study's best counts its own (selected) launch until it has
+        been relaunched."""
+        arms = arms_from(self.study)
+        for a, spec in zip(arms, plan["arms"]):
+            if spec.get("selected") and not spec.get("baseline") and not a.runs and spec.get("study_tok_per_s"):
+                a.evidence = [float(spec["study_tok_per_s"])]
+        return arms
 
     def _open_arms(
         self, plan: dict[str, Any], prior: tuple[float, int], margin: float, first: bool, more: int
     ) -> list[int]:
         """The arms of the next round: those in a comparison not yet settled. For this choice only, the study's
         best counts its own (selected) launch until it has been relaunched; it is always in the first round."""
-        arms = arms_from(self.study)
-        for a, spec in zip(arms, plan["arms"]):
-            if spec.get("selected") and not spec.get("baseline") and not a.runs and spec.get("study_tok_per_s"):
-                a.evidence = [float(spec["study_tok_per_s"])]
+        arms = self._arms_for_choice(plan)
         v = self._decide(arms, prior, margin, more)
         out = [arms.index(a) for a in v.open]
         selected = next((i for i, spec in enumerate(plan["arms"]) if spec.get("selected")), None)
@@ -465,7 +510,8 @@ class Confirmer:
                     "(confirm.rounds) at this noise; "
                     + (
                         f"if the measured means held, confirm --confirm-rounds {done_rounds + more} would decide it "
-                        f"({more} more round(s), {more * (len(undecided) + 1)} relaunches, added to these)"
+                        f"({more} more round(s), {more * max(len(undecided) + 1, len(self.host_names))} relaunches, "
+                        "added to these)"
                         if more
                         else "more rounds (confirm --confirm-rounds N) add to these, but if the measured means held "
                         f"not even {done_rounds + SETTLE_HORIZON} rounds would decide it"
@@ -512,6 +558,7 @@ class Confirmer:
             "plan": plan["id"],
             "round": it.round,
             "arm": it.arm,
+            "slot": it.slot,
             "label": plan["arms"][it.arm]["label"],
             "status": ev.status,
             "tok_per_s": value if isinstance(value, (int, float)) and not math.isnan(value) else None,
@@ -521,6 +568,7 @@ class Confirmer:
             "host_facts": m.get(R.HOST_FACTS),
             "server_version": m.get(R.SERVER_VERSION),
             "reason": (ev.reason or "")[:300],
+            "t_start": ev.t_start or None,
             "t_end": ev.t_end or time.time(),
         }
         self.study.set_user_attr(f"{RUN_PREFIX}{it.seq:04d}", run)

@@ -237,11 +237,17 @@ def _stop_and_confirm(d: DryRun, cfg: StudyConfig, space: SearchSpace, done: int
     arms = c.top + (1 if space.model.baseline else 0)
     d.confirm_max = c.rounds * arms
     if c.sequential:
-        d.confirm_expected = min(d.confirm_max, EXPECTED_CONFIRM_RELAUNCHES)
+        # a round may fill every host (hosts it would leave idle relaunch the configurations in question again where
+        # that can save a round), so a round holds at most as many relaunches as hosts or configurations; on four
+        # hosts the rule added about half a relaunch a study on Kimi (docs/answer.md), so the expected count stays
+        # one host's unless a single round on every host holds more
+        d.confirm_max = c.rounds * max(arms, d.hosts)
+        d.confirm_expected = min(d.confirm_max, max(EXPECTED_CONFIRM_RELAUNCHES, d.hosts))
         d.confirm_text = (
             f"confirmation: up to {c.rounds} rounds of the baseline and the best {c.top}, at most {d.confirm_max} "
-            "relaunches; each round relaunches only the configurations still in question and the rounds stop once "
-            "the verdict is decided at 95 %"
+            "relaunches; each round relaunches only the configurations still in question"
+            + (" (idle hosts relaunch them again where that can save a round)" if d.hosts > 1 else "")
+            + " and the rounds stop once the verdict is decided at 95 %"
         )
     else:
         d.confirm_expected = d.confirm_max

@@ -86,6 +86,9 @@ class Arm:
     study_tok_per_s: float | None = None  # what the study measured in its single launch
     #: the search's own launches counted as evidence (not the selected best's: see the module docstring)
     evidence: list[float] = field(default_factory=list)
+    #: relaunches beyond the one of each round: hosts a round would leave idle relaunch the configurations still
+    #: in question again (sequential, unpaired confirmations only: they have no round to be paired by)
+    extra: list[float] = field(default_factory=list)
 
     #: the launch noise pooled over every arm of the confirmation (sigma, df), set by ``decide``: with a few
     #: launches per arm, one arm's own spread is a poor estimate (t(2) = 4.3), the pooled one a far better one
@@ -93,8 +96,9 @@ class Arm:
 
     @property
     def values(self) -> list[float]:
-        """Every launch counted: the search's (``evidence``) and the confirmation's, in round order."""
-        return [*self.evidence, *(self.runs[r] for r in sorted(self.runs))]
+        """Every launch counted: the search's (``evidence``) and the confirmation's, in round order, then the extra
+        relaunches on the rounds' idle hosts."""
+        return [*self.evidence, *(self.runs[r] for r in sorted(self.runs)), *self.extra]
 
     @property
     def tok_per_s(self) -> Interval:
@@ -301,7 +305,7 @@ class Verdict:
                 "config": a.config,
                 "baseline": a.baseline,
                 "launches": iv.n,
-                "runs": [a.runs[r] for r in sorted(a.runs)],
+                "runs": [*(a.runs[r] for r in sorted(a.runs)), *a.extra],
                 "tok_per_s": _exp(iv.mean),
                 "ci": [_exp(iv.lo), _exp(iv.hi)],
                 "gain": None if g is None else _exp(g.mean, -1),

@@ -109,6 +109,53 @@ def test_on_an_unknown_host_the_noise_is_measured_before_anything_is_decided(tmp
     assert "launch noise from a stated prior of 5%" in out
 
 
+def test_hosts_a_round_would_leave_idle_relaunch_the_configurations_in_question_again(tmp_path, capsys):
+    # the same study on three local hosts: the first round holds the baseline and the study's best, so the third
+    # host relaunches the study's best again, beside them. The noise has its two degrees of freedom after that one
+    # round (one host needed two), and the extra relaunch counts in the verdict like any other
+    path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": [{"name": n, "type": "local"} for n in ("h0", "h1", "h2")]}))
+    args = ["--config", str(path), "--hosts", str(hosts), "--executor", "thread", "--plain"]
+    assert cli.main(["optimize", *args]) == 0
+    out = capsys.readouterr().out
+    study = load(tmp_path)
+    runs = runs_of(study, study.user_attrs[PLAN_ATTR]["id"])
+    assert sorted((r["label"], r["round"], r["slot"]) for r in runs) == [
+        ("baseline", 0, 0),
+        ("trial 1", 0, 0),
+        ("trial 1", 0, 1),
+    ]
+    assert len({r["host"] for r in runs}) == 3  # side by side, one per host
+    assert max(r["t_start"] for r in runs) < min(r["t_end"] for r in runs)  # all three were running at once
+    result = study.user_attrs[RESULT_ATTR]
+    assert result["decided"] == "winner" and result["rounds"] == 1 and result["launches"] == 3
+    assert result["launch_noise_df"] >= 2
+    assert result["winner"]["trial"] == 1 and result["winner"]["launches"] == 2  # its two relaunches
+    assert "confirmation round 1/3: baseline, trial 1 (and 1 more relaunch(es) of them on hosts" in out
+
+
+def test_idle_hosts_stay_idle_where_one_relaunch_settles_the_verdict(tmp_path, capsys):
+    # the large gap above on three hosts whose noise is known: one relaunch of the study's best settles everything
+    # (if the means held), so a second one could not save a round and the other hosts are left alone
+    from optimizer.study import hostnoise
+
+    path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": [{"name": n, "type": "local"} for n in ("h0", "h1", "h2")]}))
+    args = ["--config", str(path), "--hosts", str(hosts), "--executor", "thread", "--plain"]
+    assert cli.main(["optimize", *args, "--confirm-rounds", "0"]) == 0
+    capsys.readouterr()
+    hostnoise.save(tmp_path / "studies", hostnoise.study_identity(load(tmp_path)), "earlier", 0.03, 10)
+    assert cli.main(["confirm", *args, "--confirm-rounds", "3"]) == 0
+    out = capsys.readouterr().out
+    study = load(tmp_path)
+    runs = runs_of(study, study.user_attrs[PLAN_ATTR]["id"])
+    assert [(r["label"], r["round"], r["slot"]) for r in runs] == [("trial 1", 0, 0)]
+    assert study.user_attrs[RESULT_ATTR]["decided"] == "winner"
+    assert "more relaunch(es) of them on hosts" not in out
+
+
 def test_a_small_gap_takes_more_rounds_and_later_rounds_add_to_the_runs(tmp_path, capsys):
     # s2 k1 is 11 % slower than s3 k1. The host is known (its stored noise: 8 %, 30 degrees of freedom), so the
     # rounds do not hang on this busy machine's timing: one round cannot settle the pair and the verdict is
@@ -242,3 +289,11 @@ def test_the_dry_run_counts_the_confirmation_and_the_expected_stop(tmp_path, cap
     assert cli.main([*args, "--trials", "14", "--confirm-rounds", "0"]) == 0
     out = capsys.readouterr().out
     assert "confirmation: off" in out and "estimated wall-clock: 3.3 h at most" in out
+    # on four hosts a round may fill every host: 3 rounds of 4 relaunches at most, one launch's wall-clock each
+    # (ceil(14 / 4) = 4 launch times for the search, 3 for the confirmation: 7 x 845.5 s = 1.6 h)
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": [{"name": f"h{i}", "type": "local"} for i in range(4)]}))
+    assert cli.main([*args, "--hosts", str(hosts), "--trials", "14", "--confirm-rounds", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "at most 12 relaunches; each round relaunches only the configurations still in question (idle hosts" in out
+    assert "estimated wall-clock: 1.6 h at most (14 launches + 12 confirmation relaunches" in out
