@@ -65,20 +65,31 @@ def load(tmp_path: Path) -> optuna.Study:
     )
 
 
-def test_a_large_gap_is_decided_in_one_round(tmp_path, capsys):
-    # EAGLE3 s3 k1 is 2.24x the baseline. On a host whose noise is known (stored: 3 %), the baseline's own launch
-    # in the search already separates it, so the first round relaunches only the study's best (its selected
-    # launch does not count) and the verdict is decided
+def three_local_hosts(tmp_path: Path) -> Path:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": [{"name": n, "type": "local"} for n in ("h0", "h1", "h2")]}))
+    return hosts
+
+
+def confirm_on_a_known_host(tmp_path: Path, capsys, extra: list[str]) -> tuple[str, optuna.Study]:
+    """A study of the study's best (EAGLE3 s3 k1) without a confirmation, then, its host's noise stored (3 %),
+    ``confirm`` with up to 3 rounds: what it printed and the study."""
     from optimizer.study import hostnoise
 
     path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
-    args = ["--config", str(path), "--executor", "thread", "--plain"]
+    args = ["--config", str(path), *extra, "--executor", "thread", "--plain"]
     assert cli.main(["optimize", *args, "--confirm-rounds", "0"]) == 0
     capsys.readouterr()
     hostnoise.save(tmp_path / "studies", hostnoise.study_identity(load(tmp_path)), "earlier", 0.03, 10)
     assert cli.main(["confirm", *args, "--confirm-rounds", "3"]) == 0
-    out = capsys.readouterr().out
-    study = load(tmp_path)
+    return capsys.readouterr().out, load(tmp_path)
+
+
+def test_a_large_gap_is_decided_in_one_round(tmp_path, capsys):
+    # EAGLE3 s3 k1 is 2.24x the baseline. On a host whose noise is known (stored: 3 %), the baseline's own launch
+    # in the search already separates it, so the first round relaunches only the study's best (its selected
+    # launch does not count) and the verdict is decided
+    out, study = confirm_on_a_known_host(tmp_path, capsys, [])
     runs = runs_of(study, study.user_attrs[PLAN_ATTR]["id"])
     assert [(r["label"], r["round"]) for r in runs] == [("trial 1", 0)]
     result = study.user_attrs[RESULT_ATTR]
@@ -114,9 +125,7 @@ def test_hosts_a_round_would_leave_idle_relaunch_the_configurations_in_question_
     # host relaunches the study's best again, beside them. The noise has its two degrees of freedom after that one
     # round (one host needed two), and the extra relaunch counts in the verdict like any other
     path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
-    hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(yaml.safe_dump({"hosts": [{"name": n, "type": "local"} for n in ("h0", "h1", "h2")]}))
-    args = ["--config", str(path), "--hosts", str(hosts), "--executor", "thread", "--plain"]
+    args = ["--config", str(path), "--hosts", str(three_local_hosts(tmp_path)), "--executor", "thread", "--plain"]
     assert cli.main(["optimize", *args]) == 0
     out = capsys.readouterr().out
     study = load(tmp_path)
@@ -138,18 +147,7 @@ def test_hosts_a_round_would_leave_idle_relaunch_the_configurations_in_question_
 def test_idle_hosts_stay_idle_where_one_relaunch_settles_the_verdict(tmp_path, capsys):
     # the large gap above on three hosts whose noise is known: one relaunch of the study's best settles everything
     # (if the means held), so a second one could not save a round and the other hosts are left alone
-    from optimizer.study import hostnoise
-
-    path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
-    hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(yaml.safe_dump({"hosts": [{"name": n, "type": "local"} for n in ("h0", "h1", "h2")]}))
-    args = ["--config", str(path), "--hosts", str(hosts), "--executor", "thread", "--plain"]
-    assert cli.main(["optimize", *args, "--confirm-rounds", "0"]) == 0
-    capsys.readouterr()
-    hostnoise.save(tmp_path / "studies", hostnoise.study_identity(load(tmp_path)), "earlier", 0.03, 10)
-    assert cli.main(["confirm", *args, "--confirm-rounds", "3"]) == 0
-    out = capsys.readouterr().out
-    study = load(tmp_path)
+    out, study = confirm_on_a_known_host(tmp_path, capsys, ["--hosts", str(three_local_hosts(tmp_path))])
     runs = runs_of(study, study.user_attrs[PLAN_ATTR]["id"])
     assert [(r["label"], r["round"], r["slot"]) for r in runs] == [("trial 1", 0, 0)]
     assert study.user_attrs[RESULT_ATTR]["decided"] == "winner"
