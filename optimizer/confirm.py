@@ -410,7 +410,7 @@ class Confirmer:
         been relaunched."""
         arms = arms_from(self.study)
         for a, spec in zip(arms, plan["arms"]):
-            if spec.get("selected") and not spec.get("baseline") and not a.runs and spec.get("study_tok_per_s"):
+            if spec.get("selected") and not spec.get("baseline") and not a.relaunches and spec.get("study_tok_per_s"):
                 a.evidence = [float(spec["study_tok_per_s"])]
         return arms
 
@@ -423,7 +423,7 @@ class Confirmer:
         v = self._decide(arms, prior, margin, more)
         out = [arms.index(a) for a in v.open]
         selected = next((i for i, spec in enumerate(plan["arms"]) if spec.get("selected")), None)
-        if first and selected is not None and not arms[selected].runs and selected not in out:
+        if first and selected is not None and not arms[selected].relaunches and selected not in out:
             out.insert(0, selected)
         return sorted(out)
 
@@ -510,8 +510,7 @@ class Confirmer:
                     "(confirm.rounds) at this noise; "
                     + (
                         f"if the measured means held, confirm --confirm-rounds {done_rounds + more} would decide it "
-                        f"({more} more round(s), {more * max(len(undecided) + 1, len(self.host_names))} relaunches, "
-                        "added to these)"
+                        f"({more} more round(s), {more * (len(undecided) + 1)} relaunches, added to these)"
                         if more
                         else "more rounds (confirm --confirm-rounds N) add to these, but if the measured means held "
                         f"not even {done_rounds + SETTLE_HORIZON} rounds would decide it"

@@ -98,7 +98,12 @@ class Arm:
     def values(self) -> list[float]:
         """Every launch counted: the search's (``evidence``) and the confirmation's, in round order, then the extra
         relaunches on the rounds' idle hosts."""
-        return [*self.evidence, *(self.runs[r] for r in sorted(self.runs)), *self.extra]
+        return [*self.evidence, *self.relaunches]
+
+    @property
+    def relaunches(self) -> list[float]:
+        """The confirmation's launches alone: one a round, then the extra ones."""
+        return [*(self.runs[r] for r in sorted(self.runs)), *self.extra]
 
     @property
     def tok_per_s(self) -> Interval:
@@ -119,7 +124,7 @@ class Arm:
         confirmation was picked for a high search launch, so a search launch read as the winner's own would flatter
         it (at 20 % launch noise a runner-up's lucky search launch made it a significant winner at 84 % of the
         optimum); as a challenger's, it only makes the winner harder to declare."""
-        if not self.runs or not self.evidence:
+        if not self.relaunches or not self.evidence:
             return self
         return replace(self, evidence=[])
 
@@ -305,7 +310,7 @@ class Verdict:
                 "config": a.config,
                 "baseline": a.baseline,
                 "launches": iv.n,
-                "runs": [*(a.runs[r] for r in sorted(a.runs)), *a.extra],
+                "runs": a.relaunches,
                 "tok_per_s": _exp(iv.mean),
                 "ci": [_exp(iv.lo), _exp(iv.hi)],
                 "gain": None if g is None else _exp(g.mean, -1),
