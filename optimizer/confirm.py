@@ -37,7 +37,7 @@ import json
 import math
 import queue
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -370,9 +370,9 @@ class Confirmer:
         idle = len(self.host_names) - len(todo_arms)
         if idle <= 0 or not todo_arms:
             return []
-        arms = self._arms_for_choice(plan)
-        # the degrees of freedom of noise the round's own relaunches would bring (an arm's first value brings none)
         counted = arms_from(self.study)  # the study's best without its own launch, as the verdict counts it
+        arms = self._arms_for_choice(plan, counted)
+        # the degrees of freedom of noise the round's own relaunches would bring (an arm's first value brings none)
         df = launch_noise(counted)[1] + sum(1 for i in todo_arms if counted[i].values)
         measuring = not self.noise_known and df < MIN_DF  # the round alone would leave nothing settleable
         if not measuring:
@@ -405,21 +405,23 @@ class Confirmer:
             standing=selected[0] if selected else None,
         )
 
-    def _arms_for_choice(self, plan: dict[str, Any]) -> list[Arm]:
-        """The arms as a round's choice weighs them: the study's best counts its own (selected) launch until it has
-        been relaunched."""
-        arms = arms_from(self.study)
-        for a, spec in zip(arms, plan["arms"]):
-            if spec.get("selected") and not spec.get("baseline") and not a.relaunches and spec.get("study_tok_per_s"):
-                a.evidence = [float(spec["study_tok_per_s"])]
-        return arms
+    @staticmethod
+    def _arms_for_choice(plan: dict[str, Any], arms: list[Arm]) -> list[Arm]:
+        """``arms`` (``arms_from``) as a round's choice weighs them: the study's best counts its own (selected) launch
+        until it has been relaunched (a copy of that arm; ``arms`` is left as the verdict counts it)."""
+        return [
+            replace(a, evidence=[float(spec["study_tok_per_s"])])
+            if spec.get("selected") and not spec.get("baseline") and not a.relaunches and spec.get("study_tok_per_s")
+            else a
+            for a, spec in zip(arms, plan["arms"])
+        ]
 
     def _open_arms(
         self, plan: dict[str, Any], prior: tuple[float, int], margin: float, first: bool, more: int
     ) -> list[int]:
         """The arms of the next round: those in a comparison not yet settled. For this choice only, the study's
         best counts its own (selected) launch until it has been relaunched; it is always in the first round."""
-        arms = self._arms_for_choice(plan)
+        arms = self._arms_for_choice(plan, arms_from(self.study))
         v = self._decide(arms, prior, margin, more)
         out = [arms.index(a) for a in v.open]
         selected = next((i for i, spec in enumerate(plan["arms"]) if spec.get("selected")), None)

@@ -235,13 +235,12 @@ def _stop_and_confirm(d: DryRun, cfg: StudyConfig, space: SearchSpace, done: int
         d.confirm_text = "confirmation: off (confirm.rounds 0)"
         return
     arms = c.top + (1 if space.model.baseline else 0)
-    d.confirm_max = c.rounds * arms
+    # a sequential round may fill every host (hosts it would leave idle relaunch the configurations in question again
+    # where that can save a round), so it holds at most as many relaunches as hosts or configurations; on four hosts
+    # the rule added about half a relaunch a study on Kimi (docs/answer.md), so the expected count stays one host's
+    # unless a single round on every host holds more
+    d.confirm_max = c.rounds * (max(arms, d.hosts) if c.sequential else arms)
     if c.sequential:
-        # a round may fill every host (hosts it would leave idle relaunch the configurations in question again where
-        # that can save a round), so a round holds at most as many relaunches as hosts or configurations; on four
-        # hosts the rule added about half a relaunch a study on Kimi (docs/answer.md), so the expected count stays
-        # one host's unless a single round on every host holds more
-        d.confirm_max = c.rounds * max(arms, d.hosts)
         d.confirm_expected = min(d.confirm_max, max(EXPECTED_CONFIRM_RELAUNCHES, d.hosts))
         d.confirm_text = (
             f"confirmation: up to {c.rounds} rounds of the baseline and the best {c.top}, at most {d.confirm_max} "

@@ -65,9 +65,10 @@ def load(tmp_path: Path) -> optuna.Study:
     )
 
 
-def three_local_hosts(tmp_path: Path) -> Path:
+def local_hosts(tmp_path: Path, n: int) -> Path:
+    """A hosts file of ``n`` local hosts, h0, h1, ..."""
     hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(yaml.safe_dump({"hosts": [{"name": n, "type": "local"} for n in ("h0", "h1", "h2")]}))
+    hosts.write_text(yaml.safe_dump({"hosts": [{"name": f"h{i}", "type": "local"} for i in range(n)]}))
     return hosts
 
 
@@ -125,7 +126,7 @@ def test_hosts_a_round_would_leave_idle_relaunch_the_configurations_in_question_
     # host relaunches the study's best again, beside them. The noise has its two degrees of freedom after that one
     # round (one host needed two), and the extra relaunch counts in the verdict like any other
     path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
-    args = ["--config", str(path), "--hosts", str(three_local_hosts(tmp_path)), "--executor", "thread", "--plain"]
+    args = ["--config", str(path), "--hosts", str(local_hosts(tmp_path, 3)), "--executor", "thread", "--plain"]
     assert cli.main(["optimize", *args]) == 0
     out = capsys.readouterr().out
     study = load(tmp_path)
@@ -147,7 +148,7 @@ def test_hosts_a_round_would_leave_idle_relaunch_the_configurations_in_question_
 def test_idle_hosts_stay_idle_where_one_relaunch_settles_the_verdict(tmp_path, capsys):
     # the large gap above on three hosts whose noise is known: one relaunch of the study's best settles everything
     # (if the means held), so a second one could not save a round and the other hosts are left alone
-    out, study = confirm_on_a_known_host(tmp_path, capsys, ["--hosts", str(three_local_hosts(tmp_path))])
+    out, study = confirm_on_a_known_host(tmp_path, capsys, ["--hosts", str(local_hosts(tmp_path, 3))])
     runs = runs_of(study, study.user_attrs[PLAN_ATTR]["id"])
     assert [(r["label"], r["round"], r["slot"]) for r in runs] == [("trial 1", 0, 0)]
     assert study.user_attrs[RESULT_ATTR]["decided"] == "winner"
@@ -289,9 +290,7 @@ def test_the_dry_run_counts_the_confirmation_and_the_expected_stop(tmp_path, cap
     assert "confirmation: off" in out and "estimated wall-clock: 3.3 h at most" in out
     # on four hosts a round may fill every host: 3 rounds of 4 relaunches at most, one launch's wall-clock each
     # (ceil(14 / 4) = 4 launch times for the search, 3 for the confirmation: 7 x 845.5 s = 1.6 h)
-    hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(yaml.safe_dump({"hosts": [{"name": f"h{i}", "type": "local"} for i in range(4)]}))
-    assert cli.main([*args, "--hosts", str(hosts), "--trials", "14", "--confirm-rounds", "3"]) == 0
+    assert cli.main([*args, "--hosts", str(local_hosts(tmp_path, 4)), "--trials", "14", "--confirm-rounds", "3"]) == 0
     out = capsys.readouterr().out
     assert "at most 12 relaunches; each round relaunches only the configurations still in question (idle hosts" in out
     assert "estimated wall-clock: 1.6 h at most (14 launches + 12 confirmation relaunches" in out
