@@ -41,6 +41,8 @@ import optuna
 
 from benchmarks import parallel
 from benchmarks.strategies import _config, landscape_seed, space_for, truth
+from optimizer.confirm import NUMBER_BASE as CONFIRM_NUMBER_BASE
+from optimizer.confirm import RESULT_ATTR as CONFIRM_RESULT
 from optimizer.confirm import Confirmer
 from optimizer.hosts.config import local_host
 from optimizer.pruning import study_pruner
@@ -102,12 +104,13 @@ def run_one(
         )
         ex = ModelExecutor(profile, names, cfg.workload, seed=seed + 1000, launch_noise=noise)
         host_cfgs = [local_host(n) for n in names]
-        driver = Driver(cfg, space, host_cfgs, ex, progress=Progress(lambda s: None), study=study)
+        driver = Driver(cfg, space, host_cfgs, ex, progress=Progress(lambda s: None), study=study, confirm_follows=True)
         driver.run()
-        search = len(ex.ledger.launches)
         search_clock = ex.clock
-        verdict = Confirmer(cfg, space, host_cfgs, ex, study).run(ROUNDS, TOP)
+        verdict = Confirmer(cfg, space, host_cfgs, ex, study, early=driver.relaunch).run(ROUNDS, TOP)
     total = len(ex.ledger.launches)
+    # the search's own launches; relaunches (early ones included) belong to the confirmation
+    search = sum(1 for launch in ex.ledger.launches if launch[0] < CONFIRM_NUMBER_BASE)
     trials = study.get_trials(deepcopy=False)
 
     def true_of(number: int | None) -> float:
@@ -137,7 +140,7 @@ def run_one(
         "unconfirmed_true": true_of(unconfirmed.number if unconfirmed else None) / tr["optimum"],
         "could_not_tell_apart": apart,
         "decided": None if verdict is None else verdict.decided,
-        "rounds": None if verdict is None else len({r for a in verdict.arms for r in a.runs}),
+        "rounds": None if verdict is None else (study.user_attrs.get(CONFIRM_RESULT) or {}).get("rounds"),
         "search_h": search_clock / 3600,
         "wall_h": ex.clock / 3600,
     }

@@ -67,12 +67,12 @@ def optimize(cfg: StudyConfig, *, executor: str = "ray", ray_address: str | None
         print(note)
     ex = make_executor(executor, hosts, cfg, ray_address)
     progress = make_progress(plain)
-    driver = Driver(cfg, space, hosts, ex, progress=progress)
+    driver = Driver(cfg, space, hosts, ex, progress=progress, confirm_follows=cfg.confirm.rounds > 0)
     t0 = time.time()
     try:
         study = driver.run()
         if cfg.confirm.rounds > 0 and not driver.stopping:
-            _confirm(cfg, space, hosts, ex, study, progress)
+            _confirm(cfg, space, hosts, ex, study, progress, early=driver.relaunch)
     except KeyboardInterrupt:
         print("forced stop: servers killed, running trials recorded as interrupted (re-queued on resume)")
         return 130
@@ -145,10 +145,12 @@ def make_executor(kind: str, hosts: list, cfg: StudyConfig, ray_address: str | N
     return ThreadExecutor(hosts, cfg.study_dir.absolute())
 
 
-def _confirm(cfg: StudyConfig, space: Any, hosts: list, ex: Any, study: optuna.Study, progress: Any) -> Any:
+def _confirm(
+    cfg: StudyConfig, space: Any, hosts: list, ex: Any, study: optuna.Study, progress: Any, early: Any = None
+) -> Any:
     from .confirm import Confirmer
 
-    confirmer = Confirmer(cfg, space, hosts, ex, study, progress=progress)
+    confirmer = Confirmer(cfg, space, hosts, ex, study, progress=progress, early=early)
     try:
         return confirmer.run(cfg.confirm.rounds, cfg.confirm.top)
     except KeyboardInterrupt:

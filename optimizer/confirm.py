@@ -19,7 +19,9 @@ configuration a few noisy relaunches ranked first. A round relaunches only the c
 the search's launches already separate is not relaunched. A round's relaunches run side by side on the hosts; hosts
 the round would leave idle relaunch the configurations in question again (the study's answer first, the baseline
 last) where that can save a round (``Confirmer._fill``): a round on four hosts with two configurations in question
-can measure each twice for the wall-clock of one.
+can measure each twice for the wall-clock of one. Hosts the search's last launches left idle may already have
+relaunched the configurations (``confirm.start_early``, ``optimizer.study.relaunch``): those relaunches count as the
+first round's, and the first round waits for those still running (``early``).
 The noise starts from the host's stored noise (``optimizer.study.hostnoise``), else a stated prior, pooled with
 what the launches show; the measured noise is stored for the host afterwards. Rounds asked later
 (``confirm --confirm-rounds 4`` after 3) add to the runs already made. ``sequential: false`` is the fixed design:
@@ -48,6 +50,7 @@ from . import alarms
 from .events import PhaseEvent, TrialResult
 from .study import hostnoise
 from .study import records as R
+from .study.relaunch import baseline_runs, completed_values, early_runs
 from .trial import TrialSpec
 from .verdict import SETTLE_HORIZON, Arm, Verdict, arm_cost, decide, launch_noise, rounds_to_settle
 
@@ -107,6 +110,16 @@ def candidates(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     return out[:top]
 
 
+def confirmed_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
+    """The configurations a confirmation holds besides the baseline: the search's answer (its model's estimate,
+    ``records.search_answer``) first, then the fastest single launches, ``top`` in all. The first is the study's
+    best the plan marks as selected."""
+    answer = R.search_answer(study)
+    ranked = candidates(study, len(study.get_trials(deepcopy=False)))
+    ranked.sort(key=lambda t: answer is None or t.number != answer.number)  # stable: the answer first
+    return ranked[:top]
+
+
 def runs_of(study: optuna.Study, plan_id: str | None = None) -> list[dict[str, Any]]:
     attrs = study.user_attrs
     runs = [v for k, v in sorted(attrs.items()) if k.startswith(RUN_PREFIX) and isinstance(v, dict)]
@@ -130,6 +143,10 @@ def arms_from(study: optuna.Study) -> list[Arm]:
         )
         for a in plan.get("arms", [])
     ]
+    if plan.get("sequential"):  # relaunches made while the search's last launches ran (confirm.start_early)
+        for arm in arms:
+            values = completed_values(early_runs(study, None if arm.baseline else arm.trial))
+            (arm.evidence if arm.baseline else arm.extra).extend(values)  # the baseline is never selected
     for r in runs_of(study, plan.get("id")):
         if r.get("status") == "complete" and isinstance(r.get("tok_per_s"), (int, float)) and r["tok_per_s"] > 0:
             if r.get("slot"):
@@ -180,8 +197,13 @@ class Confirmer:
         study: optuna.Study,
         *,
         progress: Any = None,
+        early: Any = None,
     ) -> None:
         self.cfg = cfg
+        #: the driver's relaunches (``optimizer.study.relaunch.BaselineRelaunches``): early ones may still run on
+        #: hosts the search's last launches left idle; the first round counts them as its relaunches of their
+        #: configurations and waits for them (``confirm.start_early``)
+        self.early = early
         self.space = space
         self.host_names = [h.name if hasattr(h, "name") else str(h) for h in hosts]
         self.hosts = [h if hasattr(h, "name") else SimpleNamespace(name=str(h)) for h in hosts]
@@ -239,12 +261,9 @@ class Confirmer:
             c = self.space.baseline()
             evidence: list[float] = []
             if sequential and base is not None:  # the baseline is launched first, never selected: unbiased
-                from .study.relaunch import runs as relaunch_runs
-
-                evidence = [float(base.value)] + [  # type: ignore[arg-type]
-                    float(r["tok_per_s"])
-                    for r in relaunch_runs(self.study)
-                    if r.get("status") == "complete" and r.get("tok_per_s")
+                evidence = [  # type: ignore[arg-type]
+                    float(base.value),
+                    *completed_values([r for r in baseline_runs(self.study) if not r.get("early")]),
                 ]
             arms.append(
                 {
@@ -262,7 +281,7 @@ class Confirmer:
         answer_is_base = answer is not None and base is not None and answer.number == base.number
         if answer_is_base and arms:  # the search's answer is to serve without speculation: it stands (verdict)
             arms[0]["selected"] = True
-        for k, t in enumerate(self._confirmed_trials(top, answer)):
+        for k, t in enumerate(confirmed_trials(self.study, top)):
             c = self.space.candidate(t.params)
             arms.append(
                 {
@@ -280,13 +299,6 @@ class Confirmer:
             cands.append(c)
         ident = hashlib.sha1(json.dumps(arms, sort_keys=True, default=str).encode()).hexdigest()[:12]
         return {"id": ident, "rounds": rounds, "sequential": sequential, "arms": arms}, cands
-
-    def _confirmed_trials(self, top: int, answer: optuna.trial.FrozenTrial | None) -> list[optuna.trial.FrozenTrial]:
-        """The search's answer (its model's estimate, ``records.search_answer``) first, then the fastest single
-        launches, ``top`` in all. The first is the study's best the plan marks as selected."""
-        ranked = candidates(self.study, len(self.study.get_trials(deepcopy=False)))
-        ranked.sort(key=lambda t: answer is None or t.number != answer.number)  # stable: the answer first
-        return ranked[:top]
 
     # ------------------------------------------------------------------ run
     def run(self, rounds: int, top: int) -> Verdict | None:
@@ -342,46 +354,71 @@ class Confirmer:
         for r in range(next_round, rounds):
             if self.stopping:
                 break
-            todo_arms = self._open_arms(plan, prior, margin, first=r == 0 or not done_runs, more=rounds - r)
-            if not todo_arms:
+            running = self._early_arms(plan)  # relaunches of this round already under way (the first only)
+            todo_arms = [
+                i
+                for i in self._open_arms(plan, prior, margin, first=r == 0 or not done_runs, more=rounds - r)
+                if i not in running.values()
+            ]
+            if not todo_arms and not running:
                 break
             todo = [Item(seq=0, round=r, arm=i) for i in todo_arms]
-            todo += self._fill(plan, todo_arms, r, prior, margin)
-            labels = ", ".join(plan["arms"][i]["label"] for i in todo_arms)
+            todo += self._fill(plan, todo_arms, r, prior, margin, running)
+            labels = ", ".join(plan["arms"][i]["label"] for i in [*todo_arms, *running.values()] if i is not None)
             again = len(todo) - len(todo_arms)
             self.say(
                 f"confirmation round {r + 1}/{rounds}: {labels}"
+                + (f" ({len(running)} of them relaunched early, still running)" if running else "")
                 + (f" (and {again} more relaunch(es) of them on hosts the round would leave idle)" if again else "")
             )
-            self._launch(plan, cands, todo, rounds, finished=0, total=len(todo))
+            self._launch(plan, cands, todo, rounds, finished=0, total=len(todo), early=running)
             done_runs = runs_of(self.study, plan["id"])
-        done_rounds = 1 + max((int(x["round"]) for x in done_runs), default=-1)
-        more = 0 if self.stopping else rounds - done_rounds
+        more = 0 if self.stopping else rounds - self._rounds_done(plan)
         return self._decide(arms_from(self.study), prior, margin, more)
 
+    def _rounds_done(self, plan: dict[str, Any]) -> int:
+        """Rounds with a relaunch; relaunches made early count as the first round's."""
+        done = 1 + max((int(r["round"]) for r in runs_of(self.study, plan["id"])), default=-1)
+        return max(done, 1) if plan["sequential"] and early_runs(self.study, every=True) else done
+
+    def _early_arms(self, plan: dict[str, Any]) -> dict[int, int | None]:
+        """Early relaunches still running (number -> the plan's arm they relaunch, None for a configuration the
+        plan does not hold: waited for, not counted)."""
+        if self.early is None:
+            return {}
+        index = {(None if a["baseline"] else a.get("trial")): i for i, a in enumerate(plan["arms"])}
+        return {n: index.get(trial) for n, (_, trial) in self.early.early_in_flight().items()}
+
     def _fill(
-        self, plan: dict[str, Any], todo_arms: list[int], round_no: int, prior: tuple[float, int], margin: float
+        self,
+        plan: dict[str, Any],
+        todo_arms: list[int],
+        round_no: int,
+        prior: tuple[float, int],
+        margin: float,
+        running: dict[int, int | None] | None = None,
     ) -> list[Item]:
         """Relaunches for the hosts a round would leave idle: the arms in question again, the study's answer and the
         other configurations before the baseline (a round takes the wall-clock of one launch whatever it holds).
         Only where they can save a round: where the round's own relaunches would leave the noise measured too poorly
         to settle anything (a new host, ``MIN_DF``), or where a comparison that one relaunch each could not settle,
-        if the means held, two could."""
-        idle = len(self.host_names) - len(todo_arms)
-        if idle <= 0 or not todo_arms:
+        if the means held, two could. ``running``: early relaunches still running (``_early_arms``), the round's
+        too, each on its own host."""
+        running = running or {}
+        in_round = [*todo_arms, *(i for i in running.values() if i is not None)]
+        idle = len(self.host_names) - len(todo_arms) - len(running)
+        if idle <= 0 or not in_round:
             return []
         counted = arms_from(self.study)  # the study's best without its own launch, as the verdict counts it
         arms = self._arms_for_choice(plan, counted)
         # the degrees of freedom of noise the round's own relaunches would bring (an arm's first value brings none)
-        df = launch_noise(counted)[1] + sum(1 for i in todo_arms if counted[i].values)
+        df = launch_noise(counted)[1] + sum(1 for i in in_round if counted[i].values)
         measuring = not self.noise_known and df < MIN_DF  # the round alone would leave nothing settleable
         if not measuring:
             one, two = (self._decide(arms, prior, margin, more, min_df=0) for more in (1, 2))
             if len(two.apart) >= len(one.apart):
                 return []
-        order = sorted(
-            todo_arms, key=lambda i: (not plan["arms"][i].get("selected"), bool(plan["arms"][i]["baseline"]))
-        )
+        order = sorted(in_round, key=lambda i: (not plan["arms"][i].get("selected"), bool(plan["arms"][i]["baseline"])))
         return [Item(seq=0, round=round_no, arm=order[k % len(order)], slot=1 + k // len(order)) for k in range(idle)]
 
     def _decide(
@@ -430,15 +467,31 @@ class Confirmer:
         return sorted(out)
 
     def _launch(
-        self, plan: dict[str, Any], cands: list[Any], todo: list[Item], rounds: int, *, finished: int, total: int
+        self,
+        plan: dict[str, Any],
+        cands: list[Any],
+        todo: list[Item],
+        rounds: int,
+        *,
+        finished: int,
+        total: int,
+        early: dict[int, int | None] | None = None,
     ) -> None:
-        """Run ``todo`` side by side on the idle hosts; a host fault runs the item again (twice at most)."""
+        """Run ``todo`` side by side on the idle hosts; a host fault runs the item again (twice at most). ``early``:
+        early relaunches still running (``_early_arms``), whose hosts are busy until they end; the driver's
+        relaunches record them."""
         seq0 = len([k for k in self.study.user_attrs if k.startswith(RUN_PREFIX)])
         for n, it in enumerate(todo):
             it.seq = seq0 + n
         pending = list(todo)
-        self.left = len(pending)
+        self.left = len(pending) + len(early or {})
         busy: set[str] = set()
+        hosts_of = self.early.early_in_flight() if early else {}
+        for number, arm in (early or {}).items():
+            host = hosts_of[number][0]
+            cand = None if arm is None else cands[arm]
+            self.active[number] = SimpleNamespace(item=None, host=host, candidate=cand)
+            busy.add(host)
         while (pending or self.active) and not self.stopping:
             for host in [h for h in self.host_names if h not in busy]:
                 if not pending:
@@ -467,6 +520,13 @@ class Confirmer:
             it, host = a.item, a.host
             busy.discard(host)
             self.host_phase[host] = ("idle", None, time.time())
+            if it is None:  # an early relaunch: the driver's record (relaunch:run), counted by ``arms_from``
+                self.launches += 1
+                self.left = len(pending) + len(self.active)
+                self.say(self.early.finish(ev))
+                if self.progress is not None:
+                    self.progress.event(self, ev)
+                continue
             if ev.status == "host_fault" and it.retries < MAX_HOST_RETRIES:
                 it.retries += 1
                 pending.insert(0, it)
@@ -486,11 +546,15 @@ class Confirmer:
 
     def _finish(self, plan: dict[str, Any], rounds: int, verdict: Verdict) -> Verdict:
         runs = runs_of(self.study, plan["id"])
-        done_rounds = 1 + max((int(r["round"]) for r in runs), default=-1)
+        done_rounds = self._rounds_done(plan)
+        early = len(early_runs(self.study, every=True)) if plan["sequential"] else 0
+        made = f"{len(runs)} relaunch(es)" + (
+            f" and {early} made early, on hosts the search's last launches left idle" if early else ""
+        )
         if plan["sequential"]:
             if verdict.decided is not None:
                 verdict.lines.append(
-                    f"decided at 95 % after {done_rounds} round(s), {len(runs)} relaunch(es): "
+                    f"decided at 95 % after {done_rounds} round(s), {made}: "
                     + {
                         "winner": "a significant winner",
                         "equivalent": f"the others are not faster by {verdict.margin:.0%} or more (equivalent)",
@@ -508,7 +572,7 @@ class Confirmer:
                     what.append(f"the gain over the baseline (below {verdict.margin:.0%} or above 0) is not decided")
                 more = rounds_to_settle(verdict)
                 verdict.lines.append(
-                    f"not decided at 95 % after {done_rounds} round(s): {'; '.join(what)} within {rounds} rounds "
+                    f"not decided at 95 % after {done_rounds} round(s), {made}: {'; '.join(what)} within {rounds} rounds "
                     "(confirm.rounds) at this noise; "
                     + (
                         f"if the measured means held, confirm --confirm-rounds {done_rounds + more} would decide it "
@@ -524,6 +588,7 @@ class Confirmer:
         result["rounds_max"] = rounds
         result["sequential"] = plan["sequential"]
         result["launches"] = len(runs)
+        result["early_launches"] = early
         self.study.set_user_attr(RESULT_ATTR, result)
         if verdict.noise is not None:
             self.study.set_user_attr(

@@ -164,6 +164,10 @@ class ConfirmConfig(_Strict):
     #: ``margin_pct``, or no gain worth it), count the search's own launches, relaunch only configurations the data
     #: cannot already separate (``optimizer/confirm.py``); false: every round relaunches every configuration.
     sequential: bool = True
+    #: Sequential only: once the search will ask for no more launches while its last ones still run, hosts they
+    #: leave idle relaunch the configurations the confirmation will hold (the search's answer, the runners-up, the
+    #: baseline; each once), and the confirmation counts those relaunches (``optimizer/study/relaunch.py``).
+    start_early: bool = True
     #: configurations within this many per cent are equivalent (the cheaper is exported)
     margin_pct: float = Field(default=2.0, gt=0, lt=50)
     #: Relaunch the baseline this many times right after it completes, so the pruner knows the noise between

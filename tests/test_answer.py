@@ -124,8 +124,10 @@ def test_on_an_unknown_host_the_noise_is_measured_before_anything_is_decided(tmp
 def test_hosts_a_round_would_leave_idle_relaunch_the_configurations_in_question_again(tmp_path, capsys):
     # the same study on three local hosts: the first round holds the baseline and the study's best, so the third
     # host relaunches the study's best again, beside them. The noise has its two degrees of freedom after that one
-    # round (one host needed two), and the extra relaunch counts in the verdict like any other
-    path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3)
+    # round (one host needed two), and the extra relaunch counts in the verdict like any other. (The confirmation
+    # does not start early here: the test below has that)
+    no_early = {"rounds": 3, "top": 1, "start_early": False}
+    path = study_file(tmp_path, [S3K1], noise=0.03, top=1, rounds=3, confirm=no_early)
     args = ["--config", str(path), "--hosts", str(local_hosts(tmp_path, 3)), "--executor", "thread", "--plain"]
     assert cli.main(["optimize", *args]) == 0
     out = capsys.readouterr().out
@@ -153,6 +155,35 @@ def test_idle_hosts_stay_idle_where_one_relaunch_settles_the_verdict(tmp_path, c
     assert [(r["label"], r["round"], r["slot"]) for r in runs] == [("trial 1", 0, 0)]
     assert study.user_attrs[RESULT_ATTR]["decided"] == "winner"
     assert "more relaunch(es) of them on hosts" not in out
+
+
+def test_hosts_the_searchs_last_launches_leave_idle_start_the_confirmation(tmp_path, capsys):
+    # three hosts, budget 3 (the baseline, s3 k1, s2 k1): the two configurations run side by side; when the first
+    # ends the budget is spent but the other still runs, so the free host relaunches the confirmation's first
+    # configuration at once (the driver handles one result at a time: the other is still running then). The
+    # confirmation starts as soon as the search's own launches end, waits for that relaunch as part of its first
+    # round, and counts it like its own relaunches
+    path = study_file(tmp_path, [S3K1, S2K1], noise=0.03, top=2, rounds=3)
+    args = ["--config", str(path), "--hosts", str(local_hosts(tmp_path, 3)), "--executor", "thread", "--plain"]
+    assert cli.main(["optimize", *args]) == 0
+    out = capsys.readouterr().out
+    study = load(tmp_path)
+    early = [v for k, v in study.user_attrs.items() if k.startswith(R.RELAUNCH_RUN_PREFIX)]
+    assert early and all(r["early"] for r in early)
+    first = min(early, key=lambda r: r["t_start"])
+    assert first["trial"] in (1, 2) and first["status"] == "complete"
+    last_search_end = max(t.datetime_complete.timestamp() for t in study.trials if t.datetime_complete)
+    assert first["t_start"] < last_search_end  # it ran beside the search's last launch
+    assert f"relaunching trial {first['trial']} for the confirmation" in out
+    result = study.user_attrs[RESULT_ATTR]
+    arm = next(a for a in result["arms"] if a["trial"] == first["trial"])
+    assert any(v == pytest.approx(first["tok_per_s"]) for v in arm["runs"])  # counted as its relaunch
+    confirm_runs = runs_of(study, study.user_attrs[PLAN_ATTR]["id"])
+    hosts_busy = [(r["host"], r["t_start"], r["t_end"]) for r in [*early, *confirm_runs]]
+    for h, a0, a1 in hosts_busy:  # never two launches at once on one host
+        assert not any(h == g and b0 < a1 and a0 < b1 and (a0, a1) != (b0, b1) for g, b0, b1 in hosts_busy)
+    assert result["early_launches"] == len(early)
+    assert f"and {len(early)} made early, on hosts the search's last launches left idle" in out
 
 
 def test_a_small_gap_takes_more_rounds_and_later_rounds_add_to_the_runs(tmp_path, capsys):

@@ -52,6 +52,7 @@ class Driver:
         *,
         progress: Progress | None = None,
         study: optuna.Study | None = None,
+        confirm_follows: bool = False,
     ) -> None:
         self.cfg = cfg
         self.space = space
@@ -76,6 +77,9 @@ class Driver:
         self.bench_times: list[float] = []
         self.plan = cfg.plan()  # load levels: their order per boot, which chunks are reported, the objective
         self.relaunch = BaselineRelaunches(self.study, cfg.confirm.baseline_relaunches, self._spec, space)
+        #: a confirmation follows in this process and takes over the early relaunches still running
+        #: (``Confirmer(..., early=driver.relaunch)``): the search ends when its own launches have
+        self.confirm_follows = confirm_follows
 
     # Host state, as the live display and the tests read it.
     @property
@@ -172,7 +176,8 @@ class Driver:
         while True:
             if not self.stopping:
                 self._fill_hosts()
-            if not self.active and not self.pending and not self.relaunch.running:
+            hand_off = self.confirm_follows and not self.stopping  # the confirmation waits for the early ones
+            if not self.active and not self.pending and not self.relaunch.waiting(early=not hand_off):
                 break
             if self.stopping and not self.active:  # stopping: trials waiting for a host will not get one
                 self.force_stop("the study stopped before this trial got a host")
@@ -258,13 +263,19 @@ class Driver:
                 if a is None:
                     return
             else:
-                if self.budget_left() <= 0 or not self.time_left() or self.idle_asks >= MAX_IDLE_ASKS:
+                if not self.time_left() or self.idle_asks >= MAX_IDLE_ASKS:
                     return
+                if self.budget_left() <= 0:
+                    if not self._relaunch_early():
+                        return
+                    continue
                 if getattr(self.study.sampler, "confident", False):
                     if not self.search_settled:
                         self.search_settled = True
                         self._stopped("confident")
-                    return
+                    if not self._relaunch_early():
+                        return
+                    continue
                 a = self._ask()
                 if a is None:
                     continue
@@ -273,6 +284,25 @@ class Driver:
             a.trial.set_user_attr(R.HOST, host)
             a.trial.set_user_attr(R.SERVER_COMMAND, self.command_text)
             self.executor.submit(host, a.spec)
+
+    def _relaunch_early(self) -> bool:
+        """The search asks for no more launches but its last ones still run: a free host relaunches the next
+        configuration the confirmation will hold, so the confirmation starts on hosts that would sit idle
+        (``confirm.start_early``; ``relaunch.BaselineRelaunches.next_early``). False when there is none to start."""
+        c = self.cfg.confirm
+        if self.stopping or not (c.start_early and c.sequential and c.rounds > 0 and self.active):
+            return False
+        nxt = self.relaunch.next_early(c.top)
+        if nxt is None:
+            return False
+        trial, cand = nxt
+        host = self.pool.free()[0]
+        spec = self.relaunch.early_spec(host, trial, cand, self.cfg)
+        self.pool.busy[host] = spec.number
+        self.executor.submit(host, spec)
+        what = "the baseline" if trial is None else f"trial {trial}"
+        self.note(f"[{host}] idle while the search's last launches run: relaunching {what} for the confirmation")
+        return True
 
     # ------------------------------------------------------------------ stopping
     def force_stop(self, cause: str = "forced stop (second Ctrl-C) while this trial ran") -> None:

@@ -169,7 +169,8 @@ def summary_rows(study: optuna.Study) -> list[dict[str, Any]]:
                 "boot_s": ua.get(BOOT_S),
                 "host": ua.get(HOST, ""),
                 "reason": ua.get(FAILURE_REASON, "")
-                or (f"duplicate of {ua[DUPLICATE_OF]}" if DUPLICATE_OF in ua else ""),
+                or (f"duplicate of {ua[DUPLICATE_OF]}" if DUPLICATE_OF in ua else "")
+                or ("queued, not launched: the search ended first" if t.state == TrialState.WAITING else ""),
             }
         )
     return rows

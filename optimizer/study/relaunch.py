@@ -5,6 +5,14 @@ A pruner that knows only the noise within one launch stops a good configuration 
 or beside the sampler's trials; the spread of the baseline's launches (log tok/s) becomes the study's
 ``launch_noise``, which the ratio pruner adds to its margin. A later confirmation, with more launches, replaces it.
 
+The same mechanism starts a sequential confirmation early (``confirm.start_early``): once the search will ask for
+no more launches (it stopped itself, or spent its budget) while its last launches still run, each host they leave
+idle relaunches one configuration the confirmation will hold: the search's answer, the runners-up, then the
+baseline, each once, with the confirmation's production flags (``optimizer.confirm.relaunch_spec``). Such a run
+stores its ``trial`` (None: the baseline) and ``early: true``; the confirmation's plan counts it as a relaunch of
+that configuration (a fresh launch, chosen before it was measured: unbiased), so its first round needs fewer
+relaunches, or none. Early runs never feed the pruner's noise (``noise_values``).
+
 Like confirmation runs these are not trials (the sampler never sees them, the launch budget does not count them):
 each is a study user attribute ``relaunch:run:NNNN``, so a resumed study keeps what it measured.
 """
@@ -34,6 +42,21 @@ def runs(study: optuna.Study) -> list[dict[str, Any]]:
     ]
 
 
+def baseline_runs(study: optuna.Study) -> list[dict[str, Any]]:
+    """The baseline's relaunches (early ones included): what the confirmation counts as the baseline's launches."""
+    return [r for r in runs(study) if r.get("trial") is None]
+
+
+def early_runs(study: optuna.Study, trial: int | None = None, *, every: bool = False) -> list[dict[str, Any]]:
+    """Relaunches made while the search's last launches ran (``confirm.start_early``): of ``trial`` (None: the
+    baseline), or all of them with ``every``."""
+    return [r for r in runs(study) if r.get("early") and (every or r.get("trial") == trial)]
+
+
+def completed_values(rs: list[dict[str, Any]]) -> list[float]:
+    return [float(r["tok_per_s"]) for r in rs if r.get("status") == "complete" and r.get("tok_per_s")]
+
+
 def noise_from(values: list[float]) -> tuple[float, int] | None:
     """Sample standard deviation of log tok/s and its degrees of freedom; None below two launches."""
     logs = [math.log(v) for v in values if v > 0]
@@ -46,18 +69,20 @@ class BaselineRelaunches:
         self.count = count
         self.make_spec = make_spec
         self.space = space
-        self.running: dict[int, str] = {}  # number -> host
+        self.running: dict[int, tuple[str, int | None, bool]] = {}  # number -> (host, trial or None, early)
 
     def owns(self, number: int) -> bool:
         return number >= NUMBER_BASE and number < NUMBER_BASE + 1_000_000
 
     def _done(self) -> int:
-        return sum(1 for r in runs(self.study) if r.get("status") == "complete")
+        return sum(1 for r in baseline_runs(self.study) if r.get("status") == "complete" and not r.get("early"))
 
     def due(self) -> bool:
-        if self.count <= 0 or self._done() + len(self.running) >= self.count:
+        running = sum(1 for _, _, early in self.running.values() if not early)
+        if self.count <= 0 or self._done() + running >= self.count:
             return False
-        if len(runs(self.study)) + len(self.running) >= 2 * self.count:
+        made = sum(1 for r in baseline_runs(self.study) if not r.get("early"))
+        if made + running >= 2 * self.count:
             return False  # failed relaunches get one more try each, never an endless loop
         return R.baseline_trial(self.study) is not None  # relaunch what was measured, once it was
 
@@ -66,12 +91,46 @@ class BaselineRelaunches:
         spec = self.make_spec(NUMBER_BASE + seq, self.space.baseline())
         spec.trial_dir = str(Path(spec.trial_dir).parent.parent / "relaunch" / f"{seq:04d}")
         spec.protected = True
-        self.running[spec.number] = host
+        self.running[spec.number] = (host, None, False)
+        return spec
+
+    def early_in_flight(self) -> dict[int, tuple[str, int | None]]:
+        """Early relaunches still running: number -> (host, trial or None for the baseline)."""
+        return {n: (host, trial) for n, (host, trial, early) in self.running.items() if early}
+
+    def waiting(self, *, early: bool) -> bool:
+        """Relaunches still running (the early ones only if ``early``)."""
+        return any(early or not e for _, _, e in self.running.values())
+
+    def next_early(self, top: int) -> tuple[int | None, Any] | None:
+        """The next configuration to relaunch early: the confirmation's arms as they stand (the search's answer,
+        then the fastest other launches, ``top`` in all; ``optimizer.confirm.confirmed_trials``), then the baseline
+        unless it was relaunched already; each once. None when every one is done or running."""
+        from ..confirm import confirmed_trials
+
+        started = {r.get("trial") for r in early_runs(self.study, every=True)}
+        started |= {trial for _, trial, early in self.running.values() if early}
+        wanted: list[tuple[int | None, Any]] = [
+            (t.number, self.space.candidate(t.params)) for t in confirmed_trials(self.study, top)
+        ]
+        if not wanted:
+            return None  # nothing to confirm yet
+        if self.space.model.baseline and not completed_values(baseline_runs(self.study)):
+            wanted.append((None, self.space.baseline()))
+        return next((w for w in wanted if w[0] not in started), None)
+
+    def early_spec(self, host: str, trial: int | None, cand: Any, cfg: Any) -> TrialSpec:
+        """A relaunch the confirmation will count: its production flags and its first round's prompts."""
+        from ..confirm import relaunch_spec
+
+        seq = len(runs(self.study)) + len(self.running)
+        spec = relaunch_spec(cfg, NUMBER_BASE + seq, cand, 0, Path(cfg.study_dir) / "relaunch" / f"{seq:04d}")
+        self.running[spec.number] = (host, trial, True)
         return spec
 
     def finish(self, r: TrialResult) -> str:
         """Record one relaunch and the noise the baseline's launches show so far; returns a line for the display."""
-        self.running.pop(r.trial, None)
+        _, trial, early = self.running.pop(r.trial, (r.host, None, False))
         value = (r.metrics or {}).get(R.TOK_PER_S)
         ok = r.status == "complete" and isinstance(value, (int, float)) and value > 0
         seq = r.trial - NUMBER_BASE
@@ -79,18 +138,28 @@ class BaselineRelaunches:
             f"{R.RELAUNCH_RUN_PREFIX}{seq:04d}",
             {
                 "status": r.status,
+                "trial": trial,
+                "early": early,
                 "tok_per_s": value if ok else None,
                 "host": r.host,
                 "boot_s": r.boot_s,
                 R.HOST_FACTS: (r.metrics or {}).get(R.HOST_FACTS),
                 "reason": (r.reason or "")[:300],
+                "t_start": r.t_start or None,
                 "t_end": r.t_end or time.time(),
             },
         )
+        if early:
+            what = "the baseline" if trial is None else f"trial {trial}"
+            return (
+                f"early confirmation relaunch of {what} [{r.host}]: "
+                + (f"{value:.1f} tok/s" if ok else f"{r.status} {r.reason}".strip())
+                + " (a host the search's last launches left idle)"
+            )
         base = R.baseline_trial(self.study)
-        values = ([base.value] if base is not None and base.value else []) + [
-            x["tok_per_s"] for x in runs(self.study) if x.get("status") == "complete" and x.get("tok_per_s")
-        ]
+        values = ([base.value] if base is not None and base.value else []) + completed_values(
+            [x for x in baseline_runs(self.study) if not x.get("early")]
+        )
         est = noise_from(values)
         if not ok:
             return f"baseline relaunch {seq + 1}/{self.count} [{r.host}]: {r.status} {r.reason}".strip()
