@@ -77,8 +77,9 @@ class Driver:
         self.bench_times: list[float] = []
         self.plan = cfg.plan()  # load levels: their order per boot, which chunks are reported, the objective
         self.relaunch = BaselineRelaunches(self.study, cfg.confirm.baseline_relaunches, self._spec, space)
-        #: a confirmation follows in this process and takes over the early relaunches still running
-        #: (``Confirmer(..., early=driver.relaunch)``): the search ends when its own launches have
+        #: a confirmation follows in this process: hosts the search's last launches leave idle start it
+        #: (``confirm.start_early``), and it takes over the early relaunches still running
+        #: (``Confirmer(..., early=driver.relaunch)``); the search ends when its own launches have
         self.confirm_follows = confirm_follows
 
     # Host state, as the live display and the tests read it.
@@ -290,7 +291,9 @@ class Driver:
         configuration the confirmation will hold, so the confirmation starts on hosts that would sit idle
         (``confirm.start_early``; ``relaunch.BaselineRelaunches.next_early``). False when there is none to start."""
         c = self.cfg.confirm
-        if self.stopping or not (c.start_early and c.sequential and c.rounds > 0 and self.active):
+        if self.stopping or not (self.confirm_follows and c.start_early and c.sequential and c.rounds > 0):
+            return False
+        if not self.active:
             return False
         nxt = self.relaunch.next_early(c.top)
         if nxt is None:
