@@ -22,6 +22,7 @@ from typing import Any
 import optuna
 
 from ..boot import search_boot_spec
+from ..confirm import confirmed_trials, relaunch_spec
 from ..events import ChunkEvent, PhaseEvent, TrialResult
 from ..executors import Executor
 from ..hosts.config import HostConfig
@@ -295,12 +296,15 @@ class Driver:
             return False
         if not self.active:
             return False
-        nxt = self.relaunch.next_early(c.top)
+        nxt = self.relaunch.next_early(confirmed_trials(self.study, c.top))
         if nxt is None:
             return False
         trial, cand = nxt
         host = self.pool.free()[0]
-        spec = self.relaunch.early_spec(host, trial, cand, self.cfg)
+        number, subdir = self.relaunch.early_number()  # the confirmation's flags and first round's prompts
+        spec = self.relaunch.started_early(
+            host, trial, relaunch_spec(self.cfg, number, cand, 0, self.cfg.study_dir / subdir)
+        )
         self.pool.busy[host] = spec.number
         self.executor.submit(host, spec)
         what = "the baseline" if trial is None else f"trial {trial}"

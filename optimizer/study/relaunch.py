@@ -102,29 +102,27 @@ class BaselineRelaunches:
         """Relaunches still running (the early ones only if ``early``)."""
         return any(early or not e for _, _, e in self.running.values())
 
-    def next_early(self, top: int) -> tuple[int | None, Any] | None:
-        """The next configuration to relaunch early: the confirmation's arms as they stand (the search's answer,
-        then the fastest other launches, ``top`` in all; ``optimizer.confirm.confirmed_trials``), then the baseline
-        unless it was relaunched already; each once. None when every one is done or running."""
-        from ..confirm import confirmed_trials
-
+    def next_early(self, confirmed: list[Any]) -> tuple[int | None, Any] | None:
+        """The next configuration to relaunch early: ``confirmed``, the confirmation's configurations as they stand
+        (``optimizer.confirm.confirmed_trials``: the search's answer, then the fastest other launches), then the
+        baseline unless it was relaunched already; each once. None when every one is done or running, or when
+        nothing is confirmed yet."""
+        if not confirmed:
+            return None
         started = {r.get("trial") for r in early_runs(self.study, every=True)}
         started |= {trial for _, trial, early in self.running.values() if early}
-        wanted: list[tuple[int | None, Any]] = [
-            (t.number, self.space.candidate(t.params)) for t in confirmed_trials(self.study, top)
-        ]
-        if not wanted:
-            return None  # nothing to confirm yet
+        wanted: list[tuple[int | None, Any]] = [(t.number, self.space.candidate(t.params)) for t in confirmed]
         if self.space.model.baseline and not completed_values(baseline_runs(self.study)):
             wanted.append((None, self.space.baseline()))
         return next((w for w in wanted if w[0] not in started), None)
 
-    def early_spec(self, host: str, trial: int | None, cand: Any, cfg: Any) -> TrialSpec:
-        """A relaunch the confirmation will count: its production flags and its first round's prompts."""
-        from ..confirm import relaunch_spec
-
+    def early_number(self) -> tuple[int, Path]:
+        """The number and directory the next relaunch takes."""
         seq = len(runs(self.study)) + len(self.running)
-        spec = relaunch_spec(cfg, NUMBER_BASE + seq, cand, 0, Path(cfg.study_dir) / "relaunch" / f"{seq:04d}")
+        return NUMBER_BASE + seq, Path("relaunch") / f"{seq:04d}"
+
+    def started_early(self, host: str, trial: int | None, spec: TrialSpec) -> TrialSpec:
+        """Note an early relaunch (built by the caller with the confirmation's production flags) as running."""
         self.running[spec.number] = (host, trial, True)
         return spec
 
