@@ -261,10 +261,7 @@ class Confirmer:
             c = self.space.baseline()
             evidence: list[float] = []
             if sequential and base is not None:  # the baseline is launched first, never selected: unbiased
-                evidence = [  # type: ignore[arg-type]
-                    float(base.value),
-                    *completed_values([r for r in baseline_runs(self.study) if not r.get("early")]),
-                ]
+                evidence = [float(base.value), *completed_values(baseline_runs(self.study, early=False))]  # type: ignore[arg-type]
             arms.append(
                 {
                     "label": "baseline",

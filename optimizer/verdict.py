@@ -87,7 +87,8 @@ class Arm:
     #: the search's own launches counted as evidence (not the selected best's: see the module docstring)
     evidence: list[float] = field(default_factory=list)
     #: relaunches beyond the one of each round: hosts a round would leave idle relaunch the configurations still
-    #: in question again (sequential, unpaired confirmations only: they have no round to be paired by)
+    #: in question again, and hosts the search's last launches left idle relaunched them early
+    #: (``confirm.start_early``); sequential, unpaired confirmations only: they have no round to be paired by
     extra: list[float] = field(default_factory=list)
 
     #: the launch noise pooled over every arm of the confirmation (sigma, df), set by ``decide``: with a few

@@ -35,7 +35,7 @@ from ..trial import TrialSpec
 from . import hostnoise
 from . import records as R
 from .recording import Recorder, stamp
-from .relaunch import BaselineRelaunches
+from .relaunch import BaselineRelaunches, label
 from .resume import WarmStart, reap_orphans, requeue_interrupted
 from .scheduling import Active, HostPool
 from .storage import load_or_create
@@ -301,14 +301,15 @@ class Driver:
             return False
         trial, cand = nxt
         host = self.pool.free()[0]
-        number, subdir = self.relaunch.early_number()  # the confirmation's flags and first round's prompts
+        number, subdir = self.relaunch.next_number()  # the confirmation's flags and first round's prompts
         spec = self.relaunch.started_early(
             host, trial, relaunch_spec(self.cfg, number, cand, 0, self.cfg.study_dir / subdir)
         )
         self.pool.busy[host] = spec.number
         self.executor.submit(host, spec)
-        what = "the baseline" if trial is None else f"trial {trial}"
-        self.note(f"[{host}] idle while the search's last launches run: relaunching {what} for the confirmation")
+        self.note(
+            f"[{host}] idle while the search's last launches run: relaunching {label(trial)} for the confirmation"
+        )
         return True
 
     # ------------------------------------------------------------------ stopping

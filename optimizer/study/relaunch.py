@@ -11,7 +11,7 @@ idle relaunches one configuration the confirmation will hold: the search's answe
 baseline, each once, with the confirmation's production flags (``optimizer.confirm.relaunch_spec``). Such a run
 stores its ``trial`` (None: the baseline) and ``early: true``; the confirmation's plan counts it as a relaunch of
 that configuration (a fresh launch, chosen before it was measured: unbiased), so its first round needs fewer
-relaunches, or none. Early runs never feed the pruner's noise (``noise_values``).
+relaunches, or none. Early runs never feed the pruner's noise (``finish``).
 
 Like confirmation runs these are not trials (the sampler never sees them, the launch budget does not count them):
 each is a study user attribute ``relaunch:run:NNNN``, so a resumed study keeps what it measured.
@@ -42,15 +42,20 @@ def runs(study: optuna.Study) -> list[dict[str, Any]]:
     ]
 
 
-def baseline_runs(study: optuna.Study) -> list[dict[str, Any]]:
-    """The baseline's relaunches (early ones included): what the confirmation counts as the baseline's launches."""
-    return [r for r in runs(study) if r.get("trial") is None]
+def baseline_runs(study: optuna.Study, *, early: bool = True) -> list[dict[str, Any]]:
+    """The baseline's relaunches, the early ones (``confirm.start_early``) only with ``early``."""
+    return [r for r in runs(study) if r.get("trial") is None and (early or not r.get("early"))]
 
 
 def early_runs(study: optuna.Study, trial: int | None = None, *, every: bool = False) -> list[dict[str, Any]]:
     """Relaunches made while the search's last launches ran (``confirm.start_early``): of ``trial`` (None: the
     baseline), or all of them with ``every``."""
     return [r for r in runs(study) if r.get("early") and (every or r.get("trial") == trial)]
+
+
+def label(trial: int | None) -> str:
+    """What a relaunch relaunches, as the lines name it."""
+    return "the baseline" if trial is None else f"trial {trial}"
 
 
 def completed_values(rs: list[dict[str, Any]]) -> list[float]:
@@ -75,21 +80,20 @@ class BaselineRelaunches:
         return number >= NUMBER_BASE and number < NUMBER_BASE + 1_000_000
 
     def _done(self) -> int:
-        return sum(1 for r in baseline_runs(self.study) if r.get("status") == "complete" and not r.get("early"))
+        return sum(1 for r in baseline_runs(self.study, early=False) if r.get("status") == "complete")
 
     def due(self) -> bool:
         running = sum(1 for _, _, early in self.running.values() if not early)
         if self.count <= 0 or self._done() + running >= self.count:
             return False
-        made = sum(1 for r in baseline_runs(self.study) if not r.get("early"))
-        if made + running >= 2 * self.count:
+        if len(baseline_runs(self.study, early=False)) + running >= 2 * self.count:
             return False  # failed relaunches get one more try each, never an endless loop
         return R.baseline_trial(self.study) is not None  # relaunch what was measured, once it was
 
     def spec(self, host: str) -> TrialSpec:
-        seq = len(runs(self.study)) + len(self.running)
-        spec = self.make_spec(NUMBER_BASE + seq, self.space.baseline())
-        spec.trial_dir = str(Path(spec.trial_dir).parent.parent / "relaunch" / f"{seq:04d}")
+        number, subdir = self.next_number()
+        spec = self.make_spec(number, self.space.baseline())
+        spec.trial_dir = str(Path(spec.trial_dir).parent.parent / subdir)
         spec.protected = True
         self.running[spec.number] = (host, None, False)
         return spec
@@ -116,8 +120,8 @@ class BaselineRelaunches:
             wanted.append((None, self.space.baseline()))
         return next((w for w in wanted if w[0] not in started), None)
 
-    def early_number(self) -> tuple[int, Path]:
-        """The number and directory the next relaunch takes."""
+    def next_number(self) -> tuple[int, Path]:
+        """The number the next relaunch takes, and its directory under the study's."""
         seq = len(runs(self.study)) + len(self.running)
         return NUMBER_BASE + seq, Path("relaunch") / f"{seq:04d}"
 
@@ -148,15 +152,14 @@ class BaselineRelaunches:
             },
         )
         if early:
-            what = "the baseline" if trial is None else f"trial {trial}"
             return (
-                f"early confirmation relaunch of {what} [{r.host}]: "
+                f"early confirmation relaunch of {label(trial)} [{r.host}]: "
                 + (f"{value:.1f} tok/s" if ok else f"{r.status} {r.reason}".strip())
                 + " (a host the search's last launches left idle)"
             )
         base = R.baseline_trial(self.study)
         values = ([base.value] if base is not None and base.value else []) + completed_values(
-            [x for x in baseline_runs(self.study) if not x.get("early")]
+            baseline_runs(self.study, early=False)
         )
         est = noise_from(values)
         if not ok:
